@@ -1,0 +1,219 @@
+/*
+ * libmrmgr - the simulated HCA.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef MRMGR_SIM_H
+#define MRMGR_SIM_H
+
+/**
+ * @file sim.h
+ * @brief A software model of an RDMA HCA's memory-region semantics.
+ *
+ * The simulated HCA lets tests, examples and middleware exercise libmrmgr
+ * (and their own MR handling) on machines without an RDMA device. It hands
+ * out real-looking @c struct @c ibv_context, @c ibv_pd and @c ibv_mr objects
+ * (lkey, rkey, addr, length, pd, context filled in) so caller code is the
+ * same on both.
+ *
+ * @warning These objects are not libibverbs objects: never pass them to
+ * libibverbs itself (ibv_reg_mr(), ibv_dealloc_pd(), ...). Use the
+ * mrmgr_sim_* calls, or hand the PD to mrmgr_cache_create().
+ *
+ * What it models:
+ *  - keys: unique, never reused while an MR lives; lkey/rkey layout of the
+ *    chosen personality;
+ *  - validation: the same rules and errno values as ibv_reg_mr();
+ *  - pinning: pages are populated (write-faulted for writable access) and
+ *    held, counted against a memlock budget; exceeding it fails with
+ *    @c ENOMEM like a real HCA;
+ *  - cost: a fixed plus per-page busy-wait for registration and
+ *    deregistration, so benchmarks can model real devices;
+ *  - fault injection: the Nth operation, or every one matching a predicate,
+ *    fails with a chosen errno;
+ *  - page identity: the physical pages behind a registration are recorded
+ *    (/proc/self/pagemap) and held, and mrmgr_sim_write()/mrmgr_sim_read()
+ *    report a stale access (@c ESTALE) when the pages now mapped at an
+ *    address are not the registered ones, the silent corruption a real HCA
+ *    would cause.
+ *
+ * All calls are thread-safe.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <infiniband/verbs.h>
+#include <mrmgr/mrmgr.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Device personalities. */
+enum mrmgr_sim_personality {
+	/** Like mlx5: lkey == rkey, rereg, ODP and advise supported. */
+	MRMGR_SIM_MLX5 = 0,
+	/** Like rdma_rxe: rereg/ODP/advise/import unsupported, as measured. */
+	MRMGR_SIM_RXE = 1,
+};
+
+/** Bits of mrmgr_sim_attr::comp_mask. */
+enum mrmgr_sim_attr_mask {
+	MRMGR_SIM_ATTR_PERSONALITY = 1u << 0, /**< personality is set */
+	MRMGR_SIM_ATTR_MEMLOCK = 1u << 1,     /**< memlock_bytes is set */
+	MRMGR_SIM_ATTR_COST = 1u << 2,        /**< the *_ns cost fields are set */
+	MRMGR_SIM_ATTR_FLAGS = 1u << 3,       /**< flags is set */
+	MRMGR_SIM_ATTR_LIMITS = 1u << 4,      /**< max_mr and max_mr_size are set */
+};
+
+/** Bits of mrmgr_sim_attr::flags. */
+enum mrmgr_sim_flags {
+	/**
+	 * Do not populate, hold or identify pages: registration only checks
+	 * that the range is mapped. For benchmarks of cache logic at scale;
+	 * stale accesses cannot be detected then.
+	 */
+	MRMGR_SIM_FLAG_NO_PIN = 1u << 0,
+	/**
+	 * Give every MR an rkey different from its lkey (same index, another
+	 * key byte), so code that sends an lkey where an rkey belongs fails
+	 * with @c ENOENT instead of passing. Real mlx5 and current
+	 * rdma_rxe hand out rkey == lkey, which hides that bug.
+	 */
+	MRMGR_SIM_FLAG_DISTINCT_RKEY = 1u << 1,
+};
+
+/** Attributes of a simulated device. Zero-initialise; set comp_mask bits. */
+struct mrmgr_sim_attr {
+	uint64_t comp_mask;       /**< bits of enum mrmgr_sim_attr_mask */
+	uint32_t personality;     /**< enum mrmgr_sim_personality (default MLX5) */
+	uint32_t flags;           /**< bits of enum mrmgr_sim_flags */
+	/** Pinning budget in bytes; default the RLIMIT_MEMLOCK soft limit
+	 *  (UINT64_MAX when unlimited). */
+	uint64_t memlock_bytes;
+	uint64_t reg_ns;            /**< fixed cost of a registration */
+	uint64_t reg_ns_per_page;   /**< plus this per 4 KiB page */
+	uint64_t dereg_ns;          /**< fixed cost of a deregistration */
+	uint64_t dereg_ns_per_page; /**< plus this per page */
+	uint32_t max_mr;            /**< device limit on live MRs (default 1<<24) */
+	uint64_t max_mr_size;       /**< device limit on one MR (default 1<<40) */
+};
+
+/**
+ * Open a simulated device.
+ * @return 0, @c EINVAL (NULL @p ctx, unknown mask/flag bits or
+ *         personality), or @c ENOMEM.
+ */
+MRMGR_EXPORT int mrmgr_sim_open(const struct mrmgr_sim_attr *attr,
+				struct ibv_context **ctx);
+/**
+ * Close a simulated device.
+ * @return 0, @c EINVAL, or @c EBUSY while PDs or MRs are still allocated.
+ */
+MRMGR_EXPORT int mrmgr_sim_close(struct ibv_context *ctx);
+/** Allocate a protection domain. @return 0, @c EINVAL or @c ENOMEM. */
+MRMGR_EXPORT int mrmgr_sim_alloc_pd(struct ibv_context *ctx,
+				    struct ibv_pd **pd);
+/** Free a PD. @return 0, @c EINVAL, or @c EBUSY while MRs use it. */
+MRMGR_EXPORT int mrmgr_sim_dealloc_pd(struct ibv_pd *pd);
+
+/**
+ * Register memory, with ibv_reg_mr()'s rules and errno values:
+ * @c EINVAL for REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE, unknown
+ * access bits, zero length, overflow or a length over max_mr_size;
+ * @c EFAULT for unmapped memory or write access to read-only memory;
+ * @c ENOMEM over the memlock budget or max_mr.
+ */
+MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
+				  size_t length, unsigned int access,
+				  struct ibv_mr **mr);
+/** Deregister; unpins and frees the keys. @return 0 or @c EINVAL. */
+MRMGR_EXPORT int mrmgr_sim_dereg_mr(struct ibv_mr *mr);
+
+/**
+ * A simulated RDMA WRITE of @p len bytes from @p src to @p remote_addr
+ * through @p rkey, as a remote peer in @p pd's context would issue it.
+ *
+ * @return 0; @c EINVAL for NULL or zero-length arguments; @c ENOENT when
+ *   @p rkey names no live MR of that PD; @c ERANGE outside the MR's bounds;
+ *   @c EACCES when the MR lacks REMOTE_WRITE; @c ESTALE (and the
+ *   stale_accesses counter) when the pages now mapped are not the
+ *   registered ones. Nothing is written on error.
+ */
+MRMGR_EXPORT int mrmgr_sim_write(struct ibv_pd *pd, uint32_t rkey,
+				 uint64_t remote_addr, const void *src,
+				 size_t len);
+/** A simulated RDMA READ; errors as mrmgr_sim_write(), REMOTE_READ needed. */
+MRMGR_EXPORT int mrmgr_sim_read(struct ibv_pd *pd, uint32_t rkey,
+				uint64_t remote_addr, void *dst, size_t len);
+
+/** Operations fault injection can target. */
+enum mrmgr_sim_op {
+	MRMGR_SIM_OP_REG = 0,   /**< registration */
+	MRMGR_SIM_OP_DEREG = 1, /**< deregistration (the MR stays live) */
+};
+
+/** Predicate for fault injection: nonzero means "fail this one". */
+typedef int (*mrmgr_sim_fault_pred)(void *arg, void *addr, size_t length,
+				    unsigned int access);
+
+/** A fault to inject. */
+struct mrmgr_sim_fault {
+	uint64_t comp_mask;  /**< reserved, must be 0 */
+	uint32_t op;         /**< enum mrmgr_sim_op */
+	int err;             /**< positive errno to fail with */
+	/** Fail the Nth matching operation from now (1 = the next one). */
+	uint64_t nth;
+	/** How many matching operations fail from then on (0 = all). */
+	uint64_t count;
+	mrmgr_sim_fault_pred pred; /**< NULL: every operation matches */
+	void *pred_arg;            /**< passed to @c pred */
+};
+
+/**
+ * Arm a fault. Several may be armed; the first that fires wins.
+ * @return 0, @c EINVAL, or @c ENOSPC when too many are armed (16).
+ */
+MRMGR_EXPORT int mrmgr_sim_inject_fault(struct ibv_context *ctx,
+					const struct mrmgr_sim_fault *fault);
+/** Disarm every fault. @return 0 or @c EINVAL. */
+MRMGR_EXPORT int mrmgr_sim_clear_faults(struct ibv_context *ctx);
+
+/** Device statistics; fields are only ever added at the end. */
+struct mrmgr_sim_stats {
+	uint64_t live_mrs;          /**< MRs registered now */
+	uint64_t pinned_bytes;      /**< bytes pinned now */
+	uint64_t peak_pinned_bytes; /**< highest pinned_bytes seen */
+	uint64_t registrations;     /**< successful registrations */
+	uint64_t deregistrations;   /**< successful deregistrations */
+	uint64_t reg_failures;      /**< registrations refused */
+	uint64_t faults_injected;   /**< operations failed by injection */
+	uint64_t pages_registered;  /**< pages registered, in total */
+	uint64_t writes;            /**< successful simulated writes */
+	uint64_t reads;             /**< successful simulated reads */
+	uint64_t access_errors;     /**< writes/reads refused: key, bounds, access */
+	uint64_t stale_accesses;    /**< writes/reads that found other pages */
+	uint64_t unverified_pages;  /**< pages whose identity could not be held */
+	uint64_t live_pds;          /**< PDs allocated now */
+};
+
+/**
+ * Copy the device's statistics (at most @p size bytes).
+ * @return 0 or @c EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_sim_query_stats(struct ibv_context *ctx,
+				       struct mrmgr_sim_stats *stats,
+				       size_t size);
+
+/**
+ * Whether page identity can be checked in this process
+ * (/proc/self/pagemap gives PFNs only with CAP_SYS_ADMIN).
+ * @return 1 when it can, 0 when not.
+ */
+MRMGR_EXPORT int mrmgr_sim_page_identity_available(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MRMGR_SIM_H */

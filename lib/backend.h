@@ -1,0 +1,59 @@
+/*
+ * The seam between the cache and a device: the few verbs operations the
+ * cache needs. One implementation calls libibverbs (backend_verbs.c), the
+ * other is the simulated HCA (sim/). Backends never call into the cache.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef MRMGR__BACKEND_H
+#define MRMGR__BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+/* What the cache needs to know about a device, read once at cache creation. */
+struct mrmgr__dev_caps {
+	char name[64];           /* ibv_get_device_name() or the sim's name */
+	uint64_t max_mr_size;    /* largest registration, bytes */
+	uint32_t max_mr;         /* most MRs the device holds */
+	uint32_t max_sge;        /* for advise batches */
+	uint64_t page_size_cap;  /* bitmask of supported page sizes */
+};
+
+struct mrmgr__backend {
+	const char *name; /* "verbs" or "sim" */
+	/* Returns 0 or a positive errno. */
+	int (*query_device)(struct ibv_context *ctx, struct mrmgr__dev_caps *caps);
+	/* Returns 0 and *mr, or a positive errno (never 0 with a NULL *mr). */
+	int (*reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access,
+		      struct ibv_mr **mr);
+	/* Returns 0 or a positive errno; on error the MR may still be live. */
+	int (*dereg_mr)(struct ibv_mr *mr);
+	/*
+	 * Same contract as ibv_rereg_mr(): 0, or a negative enum
+	 * ibv_rereg_mr_err_code with errno set. NULL when not implemented.
+	 */
+	int (*rereg_mr)(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
+			void *addr, size_t length, int access);
+	/* Same contract as ibv_advise_mr(): 0 or a positive errno. NULL: none. */
+	int (*advise_mr)(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
+			 uint32_t flags, struct ibv_sge *sg_list,
+			 uint32_t num_sge);
+};
+
+extern const struct mrmgr__backend mrmgr__backend_verbs;
+extern const struct mrmgr__backend mrmgr__backend_sim;
+
+/* True when ctx was made by mrmgr_sim_open() and is still open. */
+int mrmgr__sim_is_context(const struct ibv_context *ctx);
+
+/* The backend that serves this PD's context. */
+static inline const struct mrmgr__backend *
+mrmgr__backend_for(const struct ibv_pd *pd)
+{
+	return mrmgr__sim_is_context(pd->context) ? &mrmgr__backend_sim
+						  : &mrmgr__backend_verbs;
+}
+
+#endif /* MRMGR__BACKEND_H */

@@ -1,0 +1,61 @@
+/*
+ * The backend seam over libibverbs. Thin on purpose: errno conventions
+ * are normalised here (verbs mixes NULL+errno, positive and negative
+ * returns) so the cache sees one convention.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+
+static int verbs_query_device(struct ibv_context *ctx,
+			      struct mrmgr__dev_caps *caps)
+{
+	struct ibv_device_attr attr;
+	int ret;
+
+	memset(caps, 0, sizeof(*caps));
+	ret = ibv_query_device(ctx, &attr);
+	if (ret)
+		return ret > 0 ? ret : (errno ? errno : EIO);
+	snprintf(caps->name, sizeof(caps->name), "%s",
+		 ibv_get_device_name(ctx->device));
+	caps->max_mr_size = attr.max_mr_size;
+	caps->max_mr = attr.max_mr > 0 ? (uint32_t)attr.max_mr : 0;
+	caps->max_sge = attr.max_sge > 0 ? (uint32_t)attr.max_sge : 1;
+	caps->page_size_cap = attr.page_size_cap;
+	return 0;
+}
+
+static int verbs_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
+			int access, struct ibv_mr **mr)
+{
+	errno = 0;
+	*mr = ibv_reg_mr(pd, addr, length, access);
+	if (*mr)
+		return 0;
+	return errno ? errno : EIO;
+}
+
+static int verbs_dereg_mr(struct ibv_mr *mr)
+{
+	int ret = ibv_dereg_mr(mr);
+
+	if (ret < 0)
+		ret = errno ? errno : EIO;
+	return ret;
+}
+
+const struct mrmgr__backend mrmgr__backend_verbs = {
+	.name = "verbs",
+	.query_device = verbs_query_device,
+	.reg_mr = verbs_reg_mr,
+	.dereg_mr = verbs_dereg_mr,
+	.rereg_mr = NULL,
+	.advise_mr = NULL,
+};

@@ -1,0 +1,719 @@
+/*
+ * The registration cache: get, put, merge, evict, invalidate.
+ *
+ * Life of a registration:
+ *   mrmgr_get() first tries the hit path: a lock-free walk of the interval
+ *   tree validated by the cache's sequence count, then a reference taken on
+ *   the calling thread's stripe of the region. Anything unusual (a miss, a
+ *   tree change under the walk, a region being evicted) falls to the slow
+ *   path, which runs under the cache lock: look again, widen the range over
+ *   overlapping and adjacent regions (merge), evict least-recently-used
+ *   idle regions to stay within the limits, register, publish.
+ *   mrmgr_put() drops the reference on its stripe; only when the region is
+ *   no longer live (invalidated, merged away, uncached) does it take the
+ *   lock to see whether it was the last one and deregister.
+ *
+ * Why the hit path is safe without a lock:
+ *   - tree changes happen between seq_write_begin/end; a reader that saw
+ *     the same even sequence before and after its walk saw a consistent
+ *     tree, and any region removal bumps the sequence;
+ *   - region memory is type-stable (never freed before the cache), so a
+ *     reader on a stale pointer reads garbage, not freed memory;
+ *   - removing a region is "state := not live, then sum the stripes" while
+ *     a hit is "add to my stripe, then load the state", all sequentially
+ *     consistent: either the hit sees the new state and backs off, or the
+ *     remover sees the reference and leaves the region to its last put.
+ *
+ * LRU: hits only set a "used" flag on their own stripe; the eviction hand
+ * gives used regions a second chance (CLOCK), so least-recently-used idle
+ * regions go first without hits ever writing a shared list.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "config_env.h"
+#include "log.h"
+
+#define HIT_ATTEMPTS 4
+#define HIT_MAX_STEPS 256
+#define MAX_STRIPES 64
+
+#define KNOWN_ACCESS                                                        \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |                  \
+	 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |                 \
+	 IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING)
+
+static inline struct mrmgr_region *node_region(const struct mrmgr__itree_node *n)
+{
+	return mrmgr__container_of(n, struct mrmgr_region, node);
+}
+
+/* ------------------------------------------------------------ sequence */
+
+static inline void seq_write_begin(struct mrmgr_cache *c)
+{
+	__atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELAXED);
+	/* The odd count must be visible before any tree store. */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static inline void seq_write_end(struct mrmgr_cache *c)
+{
+	__atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE);
+}
+
+/* ------------------------------------------------------------ LRU list */
+
+static void lru_unlink(struct mrmgr_region *r)
+{
+	r->lru.prev->next = r->lru.next;
+	r->lru.next->prev = r->lru.prev;
+	r->lru.prev = r->lru.next = NULL;
+}
+
+static void lru_append(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	r->lru.prev = c->lru.prev;
+	r->lru.next = &c->lru;
+	c->lru.prev->next = &r->lru;
+	c->lru.prev = &r->lru;
+}
+
+static inline struct mrmgr_region *lru_region(struct mrmgr__lru_link *l)
+{
+	return mrmgr__container_of(l, struct mrmgr_region, lru);
+}
+
+/* Clear the used flags of every stripe; returns whether any was set. */
+static int take_used(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	int used = 0;
+
+	for (unsigned int i = 0; i < c->nstripes; i++) {
+		if (MRMGR__READ_ONCE(r->stripes[i].used)) {
+			MRMGR__WRITE_ONCE(r->stripes[i].used, 0);
+			used = 1;
+		}
+	}
+	return used;
+}
+
+/* ------------------------------------------------------------ regions */
+
+static struct mrmgr_region *region_alloc(struct mrmgr_cache *c)
+{
+	struct mrmgr_region *r = c->free_list;
+
+	if (r) {
+		/* Stripes are left as they are: a stale reader may still
+		 * hold a transient reference it is about to drop. */
+		c->free_list = r->free_next;
+		return r;
+	}
+	if (c->nall == c->all_cap) {
+		size_t cap = c->all_cap ? c->all_cap * 2 : 64;
+		struct mrmgr_region **all = realloc(c->all, cap * sizeof(*all));
+
+		if (!all)
+			return NULL;
+		c->all = all;
+		c->all_cap = cap;
+	}
+	r = aligned_alloc(MRMGR__CACHELINE, c->region_size);
+	if (!r)
+		return NULL;
+	memset(r, 0, c->region_size);
+	r->cache = c;
+	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
+	c->all[c->nall++] = r;
+	return r;
+}
+
+/* Deregister an idle region that is out of the tree, and recycle it. */
+static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	uint64_t len = mrmgr__region_len(r);
+	int ret = c->be->dereg_mr(r->mr);
+
+	if (ret)
+		mrmgr__err("deregistering [%#llx, +%llu) failed: %s; the MR is "
+			   "abandoned",
+			   (unsigned long long)mrmgr__region_start(r),
+			   (unsigned long long)len, strerror(ret));
+	else
+		c->st.deregistrations++;
+	mrmgr__dbg("dereg [%#llx, +%llu)",
+		   (unsigned long long)mrmgr__region_start(r),
+		   (unsigned long long)len);
+	r->mr = NULL;
+	c->nregions--;
+	c->pinned_bytes -= len;
+	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
+	r->free_next = c->free_list;
+	c->free_list = r;
+}
+
+static void tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	seq_write_begin(c);
+	mrmgr__itree_remove(&c->tree, &r->node);
+	seq_write_end(c);
+	lru_unlink(r);
+	c->ncached--;
+}
+
+/*
+ * Take a live region out of the cache for good (invalidation, merge). It is
+ * deregistered now if idle, else at its last put.
+ */
+static void region_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
+	tree_remove(c, r);
+	if (mrmgr__region_refs(r, c->nstripes) == 0)
+		region_release(c, r);
+}
+
+/* Evict r if idle. Returns 1 when it was evicted. */
+static int region_try_evict(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	mrmgr__region_set_state(r, MRMGR__REGION_EVICTING);
+	if (mrmgr__region_refs(r, c->nstripes) != 0) {
+		mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
+		return 0;
+	}
+	tree_remove(c, r);
+	region_release(c, r);
+	c->st.evictions++;
+	return 1;
+}
+
+/*
+ * Evict one idle region, least recently used first (CLOCK: a region hit
+ * since the hand last passed gets a second chance). Bounded: each cached
+ * region is looked at no more than twice.
+ */
+static int evict_one(struct mrmgr_cache *c)
+{
+	uint64_t budget = 2 * c->ncached + 1;
+
+	while (budget-- && c->lru.next != &c->lru) {
+		struct mrmgr_region *r = lru_region(c->lru.next);
+
+		if (take_used(c, r) || !region_try_evict(c, r)) {
+			lru_unlink(r);
+			lru_append(c, r);
+			continue;
+		}
+		return 1;
+	}
+	return 0;
+}
+
+static void evict_all_idle(struct mrmgr_cache *c)
+{
+	struct mrmgr__lru_link *l = c->lru.next;
+
+	while (l != &c->lru) {
+		struct mrmgr__lru_link *next = l->next;
+
+		region_try_evict(c, lru_region(l));
+		l = next;
+	}
+}
+
+/*
+ * Evict until a region of len bytes fits the limits. Returns 0 when it
+ * cannot (everything left is in use), and then the caller does not cache.
+ */
+static int make_room(struct mrmgr_cache *c, uint64_t len)
+{
+	if (len > c->cfg.max_bytes || c->cfg.max_regions == 0)
+		return 0;
+	while (c->nregions + 1 > c->cfg.max_regions ||
+	       c->pinned_bytes + len > c->cfg.max_bytes)
+		if (!evict_one(c))
+			return 0;
+	return 1;
+}
+
+/* ------------------------------------------------------------ lookup */
+
+static int region_has_access(const struct mrmgr__itree_node *n, const void *arg)
+{
+	unsigned int need = *(const unsigned int *)arg;
+
+	return (MRMGR__READ_ONCE(node_region(n)->access) & need) == need;
+}
+
+static struct mrmgr_region *lookup_locked(struct mrmgr_cache *c, uint64_t start,
+					  uint64_t last, unsigned int access)
+{
+	int gave_up = 0;
+	struct mrmgr__itree_node *n = mrmgr__itree_find_containing(
+		&c->tree, start, last, region_has_access, &access, UINT_MAX,
+		&gave_up);
+
+	return n ? node_region(n) : NULL;
+}
+
+static inline void count_hit(struct mrmgr_cache *c, unsigned int slot)
+{
+	struct mrmgr__slot_stats *s = &c->slots[slot];
+
+	/* Load + store, not an atomic add: the slot's line is normally this
+	 * thread's alone; threads sharing a slot may lose a count. */
+	MRMGR__WRITE_ONCE(s->hits, MRMGR__READ_ONCE(s->hits) + 1);
+}
+
+static inline void mark_used(struct mrmgr__ref_stripe *s)
+{
+	if (!MRMGR__READ_ONCE(s->used))
+		MRMGR__WRITE_ONCE(s->used, 1);
+}
+
+static void region_unref(struct mrmgr_cache *c, struct mrmgr_region *r,
+			 unsigned int slot)
+{
+	__atomic_fetch_sub(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
+	if (mrmgr__unlikely(mrmgr__region_state(r) != MRMGR__REGION_LIVE))
+		mrmgr__cache_put_slow(c, r);
+}
+
+/* The lock-free hit path. NULL: go to the slow path. */
+static struct mrmgr_region *try_hit(struct mrmgr_cache *c, uint64_t start,
+				    uint64_t last, unsigned int access,
+				    unsigned int slot)
+{
+	for (int attempt = 0; attempt < HIT_ATTEMPTS; attempt++) {
+		uint64_t seq = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
+		struct mrmgr__itree_node *n;
+		struct mrmgr_region *r;
+		int gave_up = 0;
+
+		if (seq & 1)
+			continue;
+		n = mrmgr__itree_find_containing(&c->tree, start, last,
+						 region_has_access, &access,
+						 HIT_MAX_STEPS, &gave_up);
+		if (!n) {
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (!gave_up &&
+			    __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq)
+				return NULL; /* a true miss */
+			continue;
+		}
+		r = node_region(n);
+		__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
+		if (mrmgr__region_state(r) == MRMGR__REGION_LIVE &&
+		    __atomic_load_n(&c->seq, __ATOMIC_SEQ_CST) == seq) {
+			mark_used(&r->stripes[slot]);
+			count_hit(c, slot);
+			return r;
+		}
+		region_unref(c, r, slot);
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------ miss path */
+
+/*
+ * Widen [*start, *last] over every live region it overlaps or touches,
+ * until nothing more joins. Gives up (restores the request) past limit.
+ */
+static void merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
+		       unsigned int *access, uint64_t limit)
+{
+	uint64_t s = *start, l = *last;
+	unsigned int acc = *access;
+	int grown;
+
+	do {
+		uint64_t qs = s ? s - 1 : 0, ql = l != UINT64_MAX ? l + 1 : l;
+
+		grown = 0;
+		for (struct mrmgr__itree_node *n =
+			     mrmgr__itree_first_overlap(&c->tree, qs, ql);
+		     n; n = mrmgr__itree_next_overlap(n, qs, ql)) {
+			if (n->start < s) {
+				s = n->start;
+				grown = 1;
+			}
+			if (n->last > l) {
+				l = n->last;
+				grown = 1;
+			}
+			acc |= node_region(n)->access;
+		}
+		if (l - s >= limit)
+			return;
+	} while (grown);
+	*start = s;
+	*last = l;
+	*access = acc;
+}
+
+static int do_reg(struct mrmgr_cache *c, uint64_t start, uint64_t len,
+		  unsigned int access, struct ibv_mr **mr)
+{
+	int ret = c->be->reg_mr(c->pd, (void *)(uintptr_t)start, len,
+				(int)access, mr);
+
+	if (!ret) {
+		c->st.registrations++;
+		c->st.pages_registered += len >> c->page_shift;
+	}
+	mrmgr__dbg("reg [%#llx, +%llu) access %#x: %s",
+		   (unsigned long long)start, (unsigned long long)len, access,
+		   ret ? strerror(ret) : "ok");
+	return ret;
+}
+
+/* Register [start, last] for a get that missed; called with the lock. */
+static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
+		unsigned int access, unsigned int slot,
+		struct mrmgr_region **out)
+{
+	uint64_t rs = start, rl = last;
+	unsigned int racc = access;
+	int cacheable = !(c->cfg.flags & MRMGR_CACHE_DISABLE);
+	int merged = 0;
+	struct ibv_mr *mr = NULL;
+	struct mrmgr_region *r;
+	int ret;
+
+	if (cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE)) {
+		uint64_t limit = c->cfg.max_bytes;
+
+		if (c->caps.max_mr_size && c->caps.max_mr_size < limit)
+			limit = c->caps.max_mr_size;
+		merge_span(c, &rs, &rl, &racc, limit);
+		merged = rs != start || rl != last || racc != access;
+	}
+	if (cacheable && !make_room(c, rl - rs + 1)) {
+		cacheable = 0;
+		rs = start;
+		rl = last;
+		racc = access;
+		merged = 0;
+	}
+
+	ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
+	if (ret == ENOMEM || ret == EAGAIN) {
+		c->st.evict_retries++;
+		evict_all_idle(c);
+		ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
+	}
+	if (ret == EFAULT && merged) {
+		/* The merged span reaches memory that is no longer what the
+		 * cached neighbours registered; register just the request. */
+		rs = start;
+		rl = last;
+		racc = access;
+		merged = 0;
+		ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
+	}
+	if (ret) {
+		c->st.reg_failures++;
+		mrmgr__log(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
+							   : MRMGR_LOG_WARN,
+			   "registering [%#llx, +%llu) access %#x on %s: %s",
+			   (unsigned long long)rs,
+			   (unsigned long long)(rl - rs + 1), racc, c->caps.name,
+			   strerror(ret));
+		return ret;
+	}
+
+	r = region_alloc(c);
+	if (!r) {
+		c->be->dereg_mr(mr);
+		c->st.deregistrations++;
+		mrmgr__err("out of memory for a region");
+		return ENOMEM;
+	}
+	r->mr = mr;
+	r->gen = ++c->next_gen;
+	/* A stale reader may still look at a recycled region. */
+	MRMGR__WRITE_ONCE(r->node.start, rs);
+	MRMGR__WRITE_ONCE(r->node.last, rl);
+	MRMGR__WRITE_ONCE(r->access, racc);
+	__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
+	c->nregions++;
+	c->pinned_bytes += rl - rs + 1;
+	if (c->pinned_bytes > c->st.peak_pinned_bytes)
+		c->st.peak_pinned_bytes = c->pinned_bytes;
+
+	if (!cacheable) {
+		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
+		c->st.uncached++;
+		*out = r;
+		return 0;
+	}
+	/* Everything the new region covers goes; its users keep their MRs. */
+	for (struct mrmgr__itree_node *n;
+	     merged && (n = mrmgr__itree_first_overlap(&c->tree, rs, rl));) {
+		region_detach(c, node_region(n));
+		c->st.merges++;
+	}
+	mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
+	seq_write_begin(c);
+	mrmgr__itree_insert(&c->tree, &r->node);
+	seq_write_end(c);
+	lru_append(c, r);
+	c->ncached++;
+	*out = r;
+	return 0;
+}
+
+/* ------------------------------------------------------------ public */
+
+static int check_range(const char *fn, const void *addr, size_t length,
+		       uint64_t page_mask, uint64_t *start, uint64_t *last)
+{
+	uintptr_t a = (uintptr_t)addr;
+
+	if (!addr || !length) {
+		mrmgr__err("%s: %s", fn, !addr ? "NULL address" : "zero length");
+		return EINVAL;
+	}
+	if (a + (length - 1) < a || ((a + (length - 1)) | page_mask) < a) {
+		mrmgr__err("%s: range %p + %zu overflows", fn, addr, length);
+		return EINVAL;
+	}
+	*start = a & ~page_mask;
+	*last = (a + (length - 1)) | page_mask;
+	return 0;
+}
+
+static int check_access(unsigned int access)
+{
+	if (access & ~(unsigned int)KNOWN_ACCESS) {
+		mrmgr__err("mrmgr_get: unsupported access bits %#x",
+			   access & ~(unsigned int)KNOWN_ACCESS);
+		return EINVAL;
+	}
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & IBV_ACCESS_LOCAL_WRITE)) {
+		mrmgr__err("mrmgr_get: REMOTE_WRITE and REMOTE_ATOMIC need "
+			   "LOCAL_WRITE (access %#x)", access);
+		return EINVAL;
+	}
+	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *c, void *addr, size_t length,
+			   unsigned int access, mrmgr_region_t **region)
+{
+	uint64_t start, last;
+	unsigned int slot;
+	struct mrmgr_region *r;
+	int ret;
+
+	if (!c || !region) {
+		mrmgr__err("mrmgr_get: NULL %s", !c ? "cache" : "region pointer");
+		return EINVAL;
+	}
+	ret = check_range("mrmgr_get", addr, length,
+			  ((uint64_t)1 << c->page_shift) - 1, &start, &last);
+	if (!ret)
+		ret = check_access(access);
+	if (ret)
+		return ret;
+
+	slot = mrmgr__thread_slot() & (c->nstripes - 1);
+	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE))) {
+		r = try_hit(c, start, last, access, slot);
+		if (r) {
+			*region = r;
+			return 0;
+		}
+	}
+
+	pthread_mutex_lock(&c->lock);
+	r = (c->flags & MRMGR_CACHE_DISABLE)
+		    ? NULL
+		    : lookup_locked(c, start, last, access);
+	if (r) {
+		/* Another thread registered it meanwhile. */
+		__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
+		mark_used(&r->stripes[slot]);
+		c->st.hits++;
+		ret = 0;
+	} else {
+		c->st.misses++;
+		ret = miss(c, start, last, access, slot, &r);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!ret)
+		*region = r;
+	return ret;
+}
+
+MRMGR_EXPORT void mrmgr_put(mrmgr_region_t *region)
+{
+	if (!region)
+		return;
+	region_unref(region->cache, region,
+		     mrmgr__thread_slot() & (region->cache->nstripes - 1));
+}
+
+/* A put found the region not live: see whether that was its last user. */
+void mrmgr__cache_put_slow(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	pthread_mutex_lock(&c->lock);
+	/* Under the lock the state is stable; FREE or a recycled LIVE region
+	 * means someone else already released it. */
+	if (mrmgr__region_state(r) == MRMGR__REGION_DETACHED &&
+	    mrmgr__region_refs(r, c->nstripes) == 0)
+		region_release(c, r);
+	pthread_mutex_unlock(&c->lock);
+}
+
+MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *c, void *addr, size_t length)
+{
+	uint64_t start, last;
+	struct mrmgr__itree_node *n;
+	int ret;
+
+	if (!c) {
+		mrmgr__err("mrmgr_invalidate: NULL cache");
+		return EINVAL;
+	}
+	ret = check_range("mrmgr_invalidate", addr, length,
+			  ((uint64_t)1 << c->page_shift) - 1, &start, &last);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&c->lock);
+	while ((n = mrmgr__itree_first_overlap(&c->tree, start, last))) {
+		region_detach(c, node_region(n));
+		c->st.invalidations++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static unsigned int stripes_for_this_machine(void)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned int n = 4;
+
+	/* Twice the CPUs: threads get slots round-robin, and a few threads
+	 * that came and went before the busy ones should not make two busy
+	 * ones share a line. */
+	while (cpus > 0 && n < 2 * (unsigned long)cpus && n < MAX_STRIPES)
+		n *= 2;
+	return n;
+}
+
+MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
+				    const struct mrmgr_cache_attr *attr,
+				    mrmgr_cache_t **cache)
+{
+	struct mrmgr__dev_caps caps;
+	struct mrmgr__cache_config cfg;
+	const struct mrmgr__backend *be;
+	struct mrmgr_cache *c;
+	long psz = sysconf(_SC_PAGESIZE);
+	int ret;
+
+	if (!pd || !cache || !pd->context) {
+		mrmgr__err("mrmgr_cache_create: NULL %s",
+			   !cache ? "cache pointer" : "protection domain");
+		return EINVAL;
+	}
+	be = mrmgr__backend_for(pd);
+	ret = be->query_device(pd->context, &caps);
+	if (ret) {
+		mrmgr__err("mrmgr_cache_create: querying the device: %s",
+			   strerror(ret));
+		return ret;
+	}
+	ret = mrmgr__cache_config_resolve(&cfg, attr, &caps);
+	if (ret)
+		return ret;
+
+	c = aligned_alloc(MRMGR__CACHELINE, sizeof(*c));
+	if (!c)
+		return ENOMEM;
+	memset(c, 0, sizeof(*c));
+	c->nstripes = stripes_for_this_machine();
+	c->slots = aligned_alloc(MRMGR__CACHELINE,
+				 c->nstripes * sizeof(*c->slots));
+	if (!c->slots) {
+		free(c);
+		return ENOMEM;
+	}
+	memset(c->slots, 0, c->nstripes * sizeof(*c->slots));
+	c->page_shift = (unsigned int)__builtin_ctzl(psz > 0 ? (unsigned long)psz : 4096);
+	c->flags = cfg.flags;
+	c->pd = pd;
+	c->be = be;
+	c->caps = caps;
+	c->cfg = cfg;
+	c->region_size = sizeof(struct mrmgr_region) +
+			 c->nstripes * sizeof(struct mrmgr__ref_stripe);
+	c->lru.prev = c->lru.next = &c->lru;
+	mrmgr__itree_init(&c->tree);
+	pthread_mutex_init(&c->lock, NULL);
+	mrmgr__info("cache on %s (%s backend): at most %llu regions, %llu "
+		    "bytes; merge %s, caching %s",
+		    caps.name, be->name, (unsigned long long)cfg.max_regions,
+		    (unsigned long long)cfg.max_bytes,
+		    cfg.flags & MRMGR_CACHE_NO_MERGE ? "off" : "on",
+		    cfg.flags & MRMGR_CACHE_DISABLE ? "off" : "on");
+	*cache = c;
+	return 0;
+}
+
+/* Regions referenced by callers now. O(n): stats and teardown only. */
+uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c)
+{
+	uint64_t n = c->nregions - c->ncached; /* detached ones are held */
+
+	for (struct mrmgr__lru_link *l = c->lru.next; l != &c->lru; l = l->next)
+		if (mrmgr__region_refs(lru_region(l), c->nstripes) != 0)
+			n++;
+	return n;
+}
+
+MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
+{
+	uint64_t busy;
+
+	if (!c) {
+		mrmgr__err("mrmgr_cache_destroy: NULL cache");
+		return EINVAL;
+	}
+	pthread_mutex_lock(&c->lock);
+	busy = mrmgr__cache_regions_in_use(c);
+	if (busy) {
+		pthread_mutex_unlock(&c->lock);
+		mrmgr__err("mrmgr_cache_destroy: %llu regions are still held; "
+			   "put them first", (unsigned long long)busy);
+		return EBUSY;
+	}
+	while (c->lru.next != &c->lru) {
+		struct mrmgr_region *r = lru_region(c->lru.next);
+
+		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
+		tree_remove(c, r);
+		region_release(c, r);
+	}
+	pthread_mutex_unlock(&c->lock);
+	for (size_t i = 0; i < c->nall; i++)
+		free(c->all[i]);
+	free(c->all);
+	free(c->slots);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+	return 0;
+}

@@ -1,0 +1,157 @@
+/*
+ * Configuration resolution: defaults from the process and the device,
+ * then the caller's attributes, then MRMGR_* environment variables.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "config_env.h"
+#include "log.h"
+
+#define KNOWN_ATTR_MASK                                                   \
+	(MRMGR_CACHE_ATTR_MAX_REGIONS | MRMGR_CACHE_ATTR_MAX_BYTES |       \
+	 MRMGR_CACHE_ATTR_FLAGS)
+#define KNOWN_FLAGS (MRMGR_CACHE_NO_MERGE | MRMGR_CACHE_DISABLE)
+#define DEFAULT_MAX_REGIONS_CAP (1u << 20)
+
+int mrmgr__parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	unsigned int shift = 0;
+
+	if (!s || !*s || *s == '-')
+		return EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || end == s)
+		return EINVAL;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: break;
+	}
+	if (*end == 'i' || *end == 'B' || *end == 'b')
+		end += (end[0] == 'i' && (end[1] == 'B' || end[1] == 'b')) ? 2 : 1;
+	if (*end != '\0')
+		return EINVAL;
+	if (shift && v > (UINT64_MAX >> shift))
+		return EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+/* A size from the environment; a bad value is reported and ignored. */
+static int env_size(const char *name, uint64_t *out)
+{
+	const char *s = getenv(name);
+
+	if (!s)
+		return 0;
+	if (mrmgr__parse_size(s, out)) {
+		mrmgr__warn("ignoring %s=\"%s\": not a size", name, s);
+		return 0;
+	}
+	return 1;
+}
+
+/* A boolean from the environment: 1/0, yes/no, on/off, true/false. */
+static int env_bool(const char *name, int *out)
+{
+	const char *s = getenv(name);
+
+	if (!s)
+		return 0;
+	if (!strcmp(s, "1") || !strcasecmp(s, "yes") || !strcasecmp(s, "on") ||
+	    !strcasecmp(s, "true")) {
+		*out = 1;
+		return 1;
+	}
+	if (!strcmp(s, "0") || !strcasecmp(s, "no") || !strcasecmp(s, "off") ||
+	    !strcasecmp(s, "false")) {
+		*out = 0;
+		return 1;
+	}
+	mrmgr__warn("ignoring %s=\"%s\": expected 0 or 1", name, s);
+	return 0;
+}
+
+static uint64_t default_max_bytes(const struct mrmgr__dev_caps *caps)
+{
+	struct rlimit rl;
+	uint64_t v;
+
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+		v = rl.rlim_cur;
+	} else {
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+		v = (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz / 2
+					   : UINT64_MAX;
+	}
+	if (caps->max_mr_size && v > caps->max_mr_size)
+		v = caps->max_mr_size;
+	return v;
+}
+
+int mrmgr__cache_config_resolve(struct mrmgr__cache_config *cfg,
+				const struct mrmgr_cache_attr *attr,
+				const struct mrmgr__dev_caps *caps)
+{
+	uint64_t v;
+	int b;
+
+	memset(cfg, 0, sizeof(*cfg));
+	if (attr) {
+		if (attr->comp_mask & ~(uint64_t)KNOWN_ATTR_MASK) {
+			mrmgr__err("cache attr: unknown comp_mask bits 0x%llx",
+				   (unsigned long long)(attr->comp_mask &
+							~(uint64_t)KNOWN_ATTR_MASK));
+			return EINVAL;
+		}
+		if (attr->comp_mask & MRMGR_CACHE_ATTR_MAX_REGIONS)
+			cfg->max_regions = attr->max_regions;
+		if (attr->comp_mask & MRMGR_CACHE_ATTR_MAX_BYTES)
+			cfg->max_bytes = attr->max_bytes;
+		if (attr->comp_mask & MRMGR_CACHE_ATTR_FLAGS) {
+			if (attr->flags & ~(uint64_t)KNOWN_FLAGS) {
+				mrmgr__err("cache attr: unknown flags 0x%llx",
+					   (unsigned long long)attr->flags);
+				return EINVAL;
+			}
+			cfg->flags = attr->flags;
+		}
+	}
+
+	if (env_size("MRMGR_MAX_REGIONS", &v))
+		cfg->max_regions = v;
+	if (env_size("MRMGR_MAX_BYTES", &v))
+		cfg->max_bytes = v;
+	if (env_bool("MRMGR_MERGE", &b))
+		cfg->flags = b ? cfg->flags & ~(uint64_t)MRMGR_CACHE_NO_MERGE
+			       : cfg->flags | MRMGR_CACHE_NO_MERGE;
+	if (env_bool("MRMGR_CACHE", &b))
+		cfg->flags = b ? cfg->flags & ~(uint64_t)MRMGR_CACHE_DISABLE
+			       : cfg->flags | MRMGR_CACHE_DISABLE;
+
+	if (!cfg->max_regions) {
+		cfg->max_regions = caps->max_mr ? caps->max_mr
+						: DEFAULT_MAX_REGIONS_CAP;
+		if (cfg->max_regions > DEFAULT_MAX_REGIONS_CAP)
+			cfg->max_regions = DEFAULT_MAX_REGIONS_CAP;
+	}
+	if (!cfg->max_bytes)
+		cfg->max_bytes = default_max_bytes(caps);
+	return 0;
+}

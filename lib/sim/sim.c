@@ -1,0 +1,493 @@
+/*
+ * The simulated HCA: devices, protection domains, the registry of open
+ * devices, fault injection, statistics and the backend seam.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "backend.h"
+#include "compiler.h"
+#include "log.h"
+#include "sim/sim_internal.h"
+
+#define SIM_PD_MAGIC 0x73706470u /* "spdp" */
+
+/*
+ * Access bits every personality accepts: ibv_reg_mr()'s basic set, plus the
+ * optional range, which rdma-core masks off when the kernel does not know a
+ * bit instead of failing, so accepting (and ignoring) it is what a caller
+ * sees on a real device. ZERO_BASED, ON_DEMAND and HUGETLB are refused with
+ * EINVAL until the sim models them; ODP will be added to the mlx5 entry only.
+ */
+#define SIM_ACCESS_BASE                                                     \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |                 \
+	 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |                \
+	 IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING |                 \
+	 IBV_ACCESS_OPTIONAL_RANGE)
+
+/* Values reported by mlx5 (ConnectX-5 and later) and by rdma_rxe. */
+static const struct mrmgr__sim_personality personalities[] = {
+	[MRMGR_SIM_MLX5] = {
+		.prefix = "sim_mlx5",
+		.max_sge = 30,
+		.page_size_cap = ~(uint64_t)0xfff,
+		.access_ok = SIM_ACCESS_BASE,
+		.random_key = 0,
+	},
+	[MRMGR_SIM_RXE] = {
+		.prefix = "sim_rxe",
+		.max_sge = 32,
+		.page_size_cap = 0xfffff000u,
+		.access_ok = SIM_ACCESS_BASE,
+		.random_key = 1,
+	},
+};
+
+#define SIM_ATTR_KNOWN                                                      \
+	(MRMGR_SIM_ATTR_PERSONALITY | MRMGR_SIM_ATTR_MEMLOCK |              \
+	 MRMGR_SIM_ATTR_COST | MRMGR_SIM_ATTR_FLAGS | MRMGR_SIM_ATTR_LIMITS)
+#define SIM_FLAGS_KNOWN (MRMGR_SIM_FLAG_NO_PIN | MRMGR_SIM_FLAG_DISTINCT_RKEY)
+
+/*
+ * Registry of open devices. A pointer can only be recognised as ours by
+ * looking it up: peeking at a magic number next to a real libibverbs
+ * context would read someone else's memory. Few devices are ever open and
+ * lookups happen at cache creation and per sim call, so a locked array is
+ * cheap enough.
+ */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mrmgr__sim_ctx **registry;
+static size_t registry_len, registry_cap;
+static unsigned int device_counter; /* unique name index per open */
+
+static int registry_add(struct mrmgr__sim_ctx *sctx)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&registry_lock);
+	if (registry_len == registry_cap) {
+		size_t cap = registry_cap ? registry_cap * 2 : 8;
+		void *v = realloc(registry, cap * sizeof(*registry));
+
+		if (!v) {
+			ret = ENOMEM;
+			goto out;
+		}
+		registry = v;
+		registry_cap = cap;
+	}
+	registry[registry_len++] = sctx;
+out:
+	pthread_mutex_unlock(&registry_lock);
+	return ret;
+}
+
+static void registry_del(struct mrmgr__sim_ctx *sctx)
+{
+	pthread_mutex_lock(&registry_lock);
+	for (size_t i = 0; i < registry_len; i++) {
+		if (registry[i] == sctx) {
+			registry[i] = registry[--registry_len];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&registry_lock);
+}
+
+static struct mrmgr__sim_ctx *registry_find(const struct ibv_context *ctx)
+{
+	struct mrmgr__sim_ctx *found = NULL;
+
+	if (!ctx)
+		return NULL;
+	pthread_mutex_lock(&registry_lock);
+	for (size_t i = 0; i < registry_len; i++) {
+		if (&registry[i]->ibctx == ctx) {
+			found = registry[i];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&registry_lock);
+	return found;
+}
+
+int mrmgr__sim_is_context(const struct ibv_context *ctx)
+{
+	return registry_find(ctx) != NULL;
+}
+
+struct mrmgr__sim_ctx *mrmgr__sim_ctx_get(struct ibv_context *ctx)
+{
+	struct mrmgr__sim_ctx *sctx = registry_find(ctx);
+
+	if (!sctx)
+		mrmgr__warn("sim: %p is not an open simulated device", (void *)ctx);
+	return sctx;
+}
+
+struct mrmgr__sim_pd *mrmgr__sim_pd_get(struct ibv_pd *pd)
+{
+	struct mrmgr__sim_ctx *sctx;
+	struct mrmgr__sim_pd *spd;
+
+	if (!pd) {
+		mrmgr__warn("sim: NULL protection domain");
+		return NULL;
+	}
+	sctx = mrmgr__sim_ctx_get(pd->context);
+	if (!sctx)
+		return NULL;
+	/* pd->context is a sim device, so pd was made by mrmgr_sim_alloc_pd. */
+	spd = mrmgr__container_of(pd, struct mrmgr__sim_pd, ibpd);
+	if (spd->magic != SIM_PD_MAGIC || spd->sctx != sctx) {
+		mrmgr__warn("sim: %p is not a live simulated PD", (void *)pd);
+		return NULL;
+	}
+	return spd;
+}
+
+static uint64_t default_memlock(void)
+{
+	struct rlimit rl;
+
+	/*
+	 * The kernel lets CAP_IPC_LOCK ignore this limit; the sim enforces
+	 * its budget regardless, so tests behave the same as root and not.
+	 */
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return UINT64_MAX;
+	return (uint64_t)rl.rlim_cur;
+}
+
+static int check_attr(const struct mrmgr_sim_attr *a)
+{
+	if (a->comp_mask & ~(uint64_t)SIM_ATTR_KNOWN) {
+		mrmgr__warn("sim_open: unknown comp_mask bits %#llx",
+			    (unsigned long long)(a->comp_mask & ~(uint64_t)SIM_ATTR_KNOWN));
+		return EINVAL;
+	}
+	if ((a->comp_mask & MRMGR_SIM_ATTR_PERSONALITY) &&
+	    a->personality >= MRMGR__ARRAY_SIZE(personalities)) {
+		mrmgr__warn("sim_open: unknown personality %u", a->personality);
+		return EINVAL;
+	}
+	if ((a->comp_mask & MRMGR_SIM_ATTR_FLAGS) &&
+	    (a->flags & ~(uint32_t)SIM_FLAGS_KNOWN)) {
+		mrmgr__warn("sim_open: unknown flags %#x", a->flags);
+		return EINVAL;
+	}
+	if ((a->comp_mask & MRMGR_SIM_ATTR_LIMITS) &&
+	    (a->max_mr == 0 || a->max_mr_size == 0)) {
+		mrmgr__warn("sim_open: max_mr and max_mr_size must be nonzero");
+		return EINVAL;
+	}
+	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_sim_open(const struct mrmgr_sim_attr *attr,
+				struct ibv_context **ctx)
+{
+	static const struct mrmgr_sim_attr none;
+	const struct mrmgr_sim_attr *a = attr ? attr : &none;
+	struct mrmgr__sim_ctx *sctx;
+	unsigned int idx;
+	int ret;
+
+	if (!ctx) {
+		mrmgr__warn("sim_open: NULL ctx");
+		return EINVAL;
+	}
+	ret = check_attr(a);
+	if (ret)
+		return ret;
+
+	sctx = calloc(1, sizeof(*sctx));
+	if (!sctx)
+		return ENOMEM;
+	sctx->personality = (a->comp_mask & MRMGR_SIM_ATTR_PERSONALITY)
+				    ? a->personality : MRMGR_SIM_MLX5;
+	sctx->pers = &personalities[sctx->personality];
+	sctx->flags = (a->comp_mask & MRMGR_SIM_ATTR_FLAGS) ? a->flags : 0;
+	sctx->memlock_bytes = (a->comp_mask & MRMGR_SIM_ATTR_MEMLOCK)
+				      ? a->memlock_bytes : default_memlock();
+	if (a->comp_mask & MRMGR_SIM_ATTR_COST) {
+		sctx->reg_ns = a->reg_ns;
+		sctx->reg_ns_per_page = a->reg_ns_per_page;
+		sctx->dereg_ns = a->dereg_ns;
+		sctx->dereg_ns_per_page = a->dereg_ns_per_page;
+	}
+	if (a->comp_mask & MRMGR_SIM_ATTR_LIMITS) {
+		sctx->max_mr = a->max_mr;
+		sctx->max_mr_size = a->max_mr_size;
+	} else {
+		sctx->max_mr = 1u << 24;
+		sctx->max_mr_size = UINT64_C(1) << 40;
+	}
+	sctx->hwm = 1;
+	sctx->next_pd_handle = 1;
+	sctx->next_mr_handle = 1;
+	/* Seed for rxe-style key bytes; any nonzero xorshift state will do. */
+	sctx->rng = (uint32_t)(uintptr_t)sctx ^ 0x9e3779b9u;
+	if (!sctx->rng)
+		sctx->rng = 1;
+
+	idx = __atomic_fetch_add(&device_counter, 1, __ATOMIC_RELAXED);
+	snprintf(sctx->ibdev.name, sizeof(sctx->ibdev.name), "%s_%u",
+		 sctx->pers->prefix, idx);
+	snprintf(sctx->ibdev.dev_name, sizeof(sctx->ibdev.dev_name),
+		 "sim_uverbs%u", idx);
+	sctx->ibdev.node_type = IBV_NODE_CA;
+	sctx->ibdev.transport_type = IBV_TRANSPORT_IB;
+
+	sctx->ibctx.device = &sctx->ibdev;
+	/*
+	 * No kernel file descriptors, and abi_compat NULL: libibverbs' inline
+	 * helpers check abi_compat before using the extended ops, so a sim
+	 * context handed to them by mistake fails with EOPNOTSUPP/NULL rather
+	 * than jumping through garbage.
+	 */
+	sctx->ibctx.cmd_fd = -1;
+	sctx->ibctx.async_fd = -1;
+	sctx->ibctx.num_comp_vectors = 1;
+	sctx->ibctx.abi_compat = NULL;
+
+	if (pthread_mutex_init(&sctx->ibctx.mutex, NULL)) {
+		free(sctx);
+		return ENOMEM;
+	}
+	if (pthread_mutex_init(&sctx->lock, NULL)) {
+		pthread_mutex_destroy(&sctx->ibctx.mutex);
+		free(sctx);
+		return ENOMEM;
+	}
+	ret = registry_add(sctx);
+	if (ret) {
+		pthread_mutex_destroy(&sctx->lock);
+		pthread_mutex_destroy(&sctx->ibctx.mutex);
+		free(sctx);
+		return ret;
+	}
+	mrmgr__info("sim: opened %s (memlock %llu bytes, flags %#x)",
+		    sctx->ibdev.name, (unsigned long long)sctx->memlock_bytes,
+		    sctx->flags);
+	*ctx = &sctx->ibctx;
+	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_sim_close(struct ibv_context *ctx)
+{
+	struct mrmgr__sim_ctx *sctx = mrmgr__sim_ctx_get(ctx);
+	uint64_t pds, mrs;
+
+	if (!sctx)
+		return EINVAL;
+	/*
+	 * Leave the registry under the device lock so a concurrent
+	 * mrmgr__sim_is_context() never sees a half-closed device.
+	 */
+	pthread_mutex_lock(&sctx->lock);
+	pds = sctx->stats.live_pds;
+	mrs = sctx->mrs;
+	if (!pds && !mrs)
+		registry_del(sctx);
+	pthread_mutex_unlock(&sctx->lock);
+	if (pds || mrs) {
+		mrmgr__warn("sim_close: %s still has %llu PDs and %llu MRs",
+			    sctx->ibdev.name, (unsigned long long)pds,
+			    (unsigned long long)mrs);
+		return EBUSY;
+	}
+	mrmgr__sim_keys_fini(sctx);
+	pthread_mutex_destroy(&sctx->lock);
+	pthread_mutex_destroy(&sctx->ibctx.mutex);
+	mrmgr__info("sim: closed %s", sctx->ibdev.name);
+	free(sctx);
+	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_sim_alloc_pd(struct ibv_context *ctx,
+				    struct ibv_pd **pd)
+{
+	struct mrmgr__sim_ctx *sctx = mrmgr__sim_ctx_get(ctx);
+	struct mrmgr__sim_pd *spd;
+
+	if (!sctx)
+		return EINVAL;
+	if (!pd) {
+		mrmgr__warn("sim_alloc_pd: NULL pd");
+		return EINVAL;
+	}
+	spd = calloc(1, sizeof(*spd));
+	if (!spd)
+		return ENOMEM;
+	spd->sctx = sctx;
+	spd->magic = SIM_PD_MAGIC;
+	spd->ibpd.context = ctx;
+	pthread_mutex_lock(&sctx->lock);
+	spd->ibpd.handle = sctx->next_pd_handle++;
+	sctx->stats.live_pds++;
+	pthread_mutex_unlock(&sctx->lock);
+	*pd = &spd->ibpd;
+	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_sim_dealloc_pd(struct ibv_pd *pd)
+{
+	struct mrmgr__sim_pd *spd = mrmgr__sim_pd_get(pd);
+	struct mrmgr__sim_ctx *sctx;
+
+	if (!spd)
+		return EINVAL;
+	sctx = spd->sctx;
+	pthread_mutex_lock(&sctx->lock);
+	if (spd->mrs) {
+		pthread_mutex_unlock(&sctx->lock);
+		mrmgr__warn("sim_dealloc_pd: %llu MRs still use the PD",
+			    (unsigned long long)spd->mrs);
+		return EBUSY;
+	}
+	sctx->stats.live_pds--;
+	spd->magic = 0;
+	pthread_mutex_unlock(&sctx->lock);
+	free(spd);
+	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_sim_inject_fault(struct ibv_context *ctx,
+					const struct mrmgr_sim_fault *fault)
+{
+	struct mrmgr__sim_ctx *sctx = mrmgr__sim_ctx_get(ctx);
+	int ret = ENOSPC;
+
+	if (!sctx)
+		return EINVAL;
+	if (!fault || fault->comp_mask || fault->op >= MRMGR__SIM_OP_COUNT ||
+	    fault->err <= 0 || fault->nth == 0) {
+		mrmgr__warn("sim_inject_fault: invalid fault (need comp_mask 0, "
+			    "a known op, err > 0, nth >= 1)");
+		return EINVAL;
+	}
+	pthread_mutex_lock(&sctx->lock);
+	for (size_t i = 0; i < MRMGR__SIM_MAX_FAULTS; i++) {
+		struct mrmgr__sim_fault_slot *s = &sctx->faults[i];
+
+		if (s->armed)
+			continue;
+		s->f = *fault;
+		s->seen = 0;
+		s->fired = 0;
+		s->armed = 1;
+		ret = 0;
+		break;
+	}
+	pthread_mutex_unlock(&sctx->lock);
+	return ret;
+}
+
+MRMGR_EXPORT int mrmgr_sim_clear_faults(struct ibv_context *ctx)
+{
+	struct mrmgr__sim_ctx *sctx = mrmgr__sim_ctx_get(ctx);
+
+	if (!sctx)
+		return EINVAL;
+	pthread_mutex_lock(&sctx->lock);
+	memset(sctx->faults, 0, sizeof(sctx->faults));
+	pthread_mutex_unlock(&sctx->lock);
+	return 0;
+}
+
+int mrmgr__sim_fault_check(struct mrmgr__sim_ctx *sctx, uint32_t op,
+			   void *addr, size_t length, unsigned int access)
+{
+	int err = 0;
+
+	/*
+	 * Slots are scanned in index order, and a freed slot is refilled
+	 * first, so "first" means lowest slot. Every matching fault counts
+	 * the operation, so each fault's nth is relative to its own arming,
+	 * independent of the others; only the first that is due fails it.
+	 */
+	for (size_t i = 0; i < MRMGR__SIM_MAX_FAULTS; i++) {
+		struct mrmgr__sim_fault_slot *s = &sctx->faults[i];
+
+		if (!s->armed || s->f.op != op)
+			continue;
+		if (s->f.pred && !s->f.pred(s->f.pred_arg, addr, length, access))
+			continue;
+		s->seen++;
+		if (err || s->seen < s->f.nth)
+			continue;
+		err = s->f.err;
+		s->fired++;
+		if (s->f.count && s->fired >= s->f.count)
+			s->armed = 0;
+	}
+	if (err)
+		sctx->stats.faults_injected++;
+	return err;
+}
+
+MRMGR_EXPORT int mrmgr_sim_query_stats(struct ibv_context *ctx,
+				       struct mrmgr_sim_stats *stats,
+				       size_t size)
+{
+	struct mrmgr__sim_ctx *sctx = mrmgr__sim_ctx_get(ctx);
+	struct mrmgr_sim_stats copy;
+
+	if (!sctx)
+		return EINVAL;
+	if (!stats) {
+		mrmgr__warn("sim_query_stats: NULL stats");
+		return EINVAL;
+	}
+	pthread_mutex_lock(&sctx->lock);
+	copy = sctx->stats;
+	pthread_mutex_unlock(&sctx->lock);
+	memcpy(stats, &copy, size < sizeof(copy) ? size : sizeof(copy));
+	return 0;
+}
+
+/* ------------------------------------------------------------- backend */
+
+static int sim_query_device(struct ibv_context *ctx,
+			    struct mrmgr__dev_caps *caps)
+{
+	struct mrmgr__sim_ctx *sctx = mrmgr__sim_ctx_get(ctx);
+
+	if (!sctx || !caps)
+		return EINVAL;
+	memset(caps, 0, sizeof(*caps));
+	snprintf(caps->name, sizeof(caps->name), "%s", sctx->ibdev.name);
+	caps->max_mr_size = sctx->max_mr_size;
+	caps->max_mr = sctx->max_mr;
+	caps->max_sge = sctx->pers->max_sge;
+	caps->page_size_cap = sctx->pers->page_size_cap;
+	return 0;
+}
+
+static int sim_backend_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
+			      int access, struct ibv_mr **mr)
+{
+	return mrmgr_sim_reg_mr(pd, addr, length, (unsigned int)access, mr);
+}
+
+static int sim_backend_dereg_mr(struct ibv_mr *mr)
+{
+	return mrmgr_sim_dereg_mr(mr);
+}
+
+const struct mrmgr__backend mrmgr__backend_sim = {
+	.name = "sim",
+	.query_device = sim_query_device,
+	.reg_mr = sim_backend_reg_mr,
+	.dereg_mr = sim_backend_dereg_mr,
+	.rereg_mr = NULL,
+	.advise_mr = NULL,
+};

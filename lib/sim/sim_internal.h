@@ -1,0 +1,177 @@
+/*
+ * The simulated HCA's private objects and the calls its files share.
+ *
+ * Locking: one mutex per simulated device (ctx->lock) guards everything in
+ * that device: the key table, its PDs' and MRs' bookkeeping, the armed
+ * faults and the statistics. The slow parts of a registration (populating,
+ * holding and identifying pages, the cost busy-wait) run outside it, so
+ * threads registering concurrently overlap the way they would on a real
+ * device; simulated writes and reads run under it, which serialises them
+ * per device. Benchmarks measure the cache, not the sim, so that is enough.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef MRMGR__SIM_INTERNAL_H
+#define MRMGR__SIM_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <infiniband/verbs.h>
+
+#include <mrmgr/sim.h>
+
+#ifndef MADV_POPULATE_READ /* Linux 5.14; older libc headers lack them */
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define MRMGR__SIM_PAGE_SHIFT 12
+#define MRMGR__SIM_PAGE_SIZE ((uint64_t)1 << MRMGR__SIM_PAGE_SHIFT)
+
+/* Armed faults per device; the public header promises 16. */
+#define MRMGR__SIM_MAX_FAULTS 16
+/*
+ * Number of enum mrmgr_sim_op values understood. Later operations (rereg,
+ * advise, import) append to the enum and raise this; the fault table is
+ * indexed by nothing else, so that is the only change fault injection needs.
+ */
+#define MRMGR__SIM_OP_COUNT 2
+
+/*
+ * Keys are (index << 8) | key byte, as both mlx5 (mkey index + variant)
+ * and rxe (pool index + random byte) build them, so the index recovers the
+ * MR in O(1). Index 0 is never used: no key is ever 0..0xff.
+ */
+#define MRMGR__SIM_MAX_INDEX 0xffffffu
+/*
+ * A freed index waits until this many others are free before it is handed
+ * out again, so a dead key keeps missing (ENOENT) for a while even before
+ * its key byte changes; the table stays at most this much above the peak
+ * number of live MRs.
+ */
+#define MRMGR__SIM_REUSE_DELAY 256u
+
+/* What differs between the personalities. */
+struct mrmgr__sim_personality {
+	const char *prefix;         /* device name prefix */
+	uint32_t max_sge;
+	uint64_t page_size_cap;
+	unsigned int access_ok;     /* access bits ibv_reg_mr accepts */
+	int random_key;             /* rxe: random key byte; mlx5: counter */
+};
+
+struct mrmgr__sim_fault_slot {
+	struct mrmgr_sim_fault f;
+	uint64_t seen;   /* matching operations since arming */
+	uint64_t fired;  /* of which failed */
+	int armed;
+};
+
+struct mrmgr__sim_ctx;
+
+struct mrmgr__sim_pd {
+	struct ibv_pd ibpd;
+	struct mrmgr__sim_ctx *sctx;
+	uint32_t magic;
+	uint64_t mrs;    /* live and in-flight MRs in this PD */
+};
+
+struct mrmgr__sim_mr {
+	struct ibv_mr ibmr;
+	struct mrmgr__sim_pd *spd;
+	uint32_t magic;
+	uint32_t index;        /* slot in the key table */
+	int live;              /* 0 while registration is in flight */
+	unsigned int access;
+	uint64_t span;         /* page-aligned start of the pinned span */
+	uint64_t npages;       /* pages in the span */
+	/*
+	 * Page identity: the PFN of each page at registration and the pipes
+	 * whose buffers hold those pages. pfns == NULL: not checked (NO_PIN,
+	 * no pagemap, or holding failed).
+	 */
+	uint64_t *pfns;
+	int *pipes;
+	uint32_t npipes;
+};
+
+struct mrmgr__sim_slot {
+	struct mrmgr__sim_mr *mr; /* NULL: free */
+	uint32_t next_free;       /* FIFO link while free */
+	uint8_t key;              /* last key byte handed out here */
+};
+
+struct mrmgr__sim_ctx {
+	struct ibv_context ibctx;
+	struct ibv_device ibdev;
+	pthread_mutex_t lock;
+	const struct mrmgr__sim_personality *pers;
+	uint32_t personality;
+	uint32_t flags;
+	uint64_t memlock_bytes;
+	uint64_t reg_ns, reg_ns_per_page, dereg_ns, dereg_ns_per_page;
+	uint32_t max_mr;
+	uint64_t max_mr_size;
+
+	/* Key table, grown on demand; index 0 unused. */
+	struct mrmgr__sim_slot *slots;
+	uint32_t nslots;         /* allocated */
+	uint32_t hwm;            /* next never-used index */
+	uint32_t free_head, free_tail, nfree;
+	uint8_t key_counter;     /* mlx5-style variant */
+	uint32_t rng;            /* rxe-style random byte */
+
+	uint64_t mrs;            /* live and in-flight MRs */
+	uint32_t next_pd_handle, next_mr_handle;
+	int warned_unverified;
+
+	struct mrmgr__sim_fault_slot faults[MRMGR__SIM_MAX_FAULTS];
+	struct mrmgr_sim_stats stats;
+};
+
+/* sim.c */
+/* The device behind ctx, or NULL (logged) when it is not an open sim. */
+struct mrmgr__sim_ctx *mrmgr__sim_ctx_get(struct ibv_context *ctx);
+/* The sim PD behind pd, or NULL (logged). */
+struct mrmgr__sim_pd *mrmgr__sim_pd_get(struct ibv_pd *pd);
+/*
+ * Whether an armed fault fails this operation: its errno, or 0. Counts
+ * the operation against every matching fault. Call with sctx->lock held;
+ * predicates run under it and must not call back into the sim.
+ */
+int mrmgr__sim_fault_check(struct mrmgr__sim_ctx *sctx, uint32_t op,
+			   void *addr, size_t length, unsigned int access);
+
+/* sim_mr.c */
+/* The live MR of sctx whose rkey is rkey, or NULL. Lock held. */
+struct mrmgr__sim_mr *mrmgr__sim_mr_by_rkey(struct mrmgr__sim_ctx *sctx,
+					    uint32_t rkey);
+void mrmgr__sim_keys_fini(struct mrmgr__sim_ctx *sctx);
+
+/* sim_access.c */
+/*
+ * Hold the populated pages of m and record their PFNs (needs page
+ * identity). Returns 0 or EFAULT; on other trouble *unverified is set
+ * and the MR goes on without identity checks.
+ */
+int mrmgr__sim_pages_hold(struct mrmgr__sim_mr *m, int *unverified);
+/* Let go of what mrmgr__sim_pages_hold() took; fine on an MR without. */
+void mrmgr__sim_pages_release(struct mrmgr__sim_mr *m);
+/*
+ * Read n pagemap entries for the pages starting at virtual address va
+ * (page-aligned) into out. Returns 0 or an errno.
+ */
+int mrmgr__sim_pagemap_read(uint64_t va, size_t n, uint64_t *out);
+
+/* Bits of a /proc/self/pagemap entry (Documentation/admin-guide/mm/pagemap.rst). */
+#define MRMGR__PM_PFN_MASK ((UINT64_C(1) << 55) - 1)
+#define MRMGR__PM_EXCLUSIVE (UINT64_C(1) << 56)
+#define MRMGR__PM_FILE (UINT64_C(1) << 61)
+#define MRMGR__PM_SWAP (UINT64_C(1) << 62)
+#define MRMGR__PM_PRESENT (UINT64_C(1) << 63)
+
+#endif /* MRMGR__SIM_INTERNAL_H */

@@ -1,0 +1,467 @@
+/*
+ * Simulated registration and deregistration: argument rules, keys, the
+ * pinning model, the memlock budget and the cost model.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "compiler.h"
+#include "log.h"
+#include "sim/sim_internal.h"
+
+#define SIM_MR_MAGIC 0x73696d6du /* "simm" */
+#define PAGE MRMGR__SIM_PAGE_SIZE
+
+/* ---------------------------------------------------------------- keys */
+
+static uint8_t next_key_byte(struct mrmgr__sim_ctx *s, uint8_t last)
+{
+	uint8_t b;
+
+	/* mlx5 bumps a device-wide "mkey variant" on every creation. */
+	if (!s->pers->random_key)
+		return ++s->key_counter;
+	/* rxe draws a random byte; keep it off the slot's last one. */
+	do {
+		s->rng ^= s->rng << 13;
+		s->rng ^= s->rng >> 17;
+		s->rng ^= s->rng << 5;
+		b = (uint8_t)(s->rng >> 24);
+	} while (b == last);
+	return b;
+}
+
+static int slot_alloc(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m)
+{
+	struct mrmgr__sim_slot *slot;
+	uint32_t idx, lkey;
+
+	if (s->nfree > MRMGR__SIM_REUSE_DELAY ||
+	    (s->nfree && s->hwm > MRMGR__SIM_MAX_INDEX)) {
+		idx = s->free_head;
+		s->free_head = s->slots[idx].next_free;
+		if (--s->nfree == 0)
+			s->free_head = s->free_tail = 0;
+	} else if (s->hwm <= MRMGR__SIM_MAX_INDEX) {
+		if (s->hwm >= s->nslots) {
+			uint32_t n = s->nslots ? s->nslots * 2 : 1024;
+			void *v;
+
+			if (n > MRMGR__SIM_MAX_INDEX + 1)
+				n = MRMGR__SIM_MAX_INDEX + 1;
+			v = realloc(s->slots, (size_t)n * sizeof(*s->slots));
+			if (!v)
+				return ENOMEM;
+			s->slots = v;
+			memset(s->slots + s->nslots, 0,
+			       (size_t)(n - s->nslots) * sizeof(*s->slots));
+			s->nslots = n;
+		}
+		idx = s->hwm++;
+	} else {
+		return ENOMEM; /* 2^24 - 1 MRs live: the key space is full */
+	}
+	slot = &s->slots[idx];
+	slot->mr = m;
+	slot->next_free = 0;
+	slot->key = next_key_byte(s, slot->key);
+	lkey = idx << 8 | slot->key;
+	m->index = idx;
+	m->ibmr.lkey = lkey;
+	/* Flip the key byte's top bit: same index, so rkey lookup stays O(1). */
+	m->ibmr.rkey = (s->flags & MRMGR_SIM_FLAG_DISTINCT_RKEY) ? lkey ^ 0x80u
+								 : lkey;
+	return 0;
+}
+
+static void slot_free(struct mrmgr__sim_ctx *s, uint32_t idx)
+{
+	s->slots[idx].mr = NULL;
+	s->slots[idx].next_free = 0;
+	if (s->nfree++ == 0)
+		s->free_head = idx;
+	else
+		s->slots[s->free_tail].next_free = idx;
+	s->free_tail = idx;
+}
+
+struct mrmgr__sim_mr *mrmgr__sim_mr_by_rkey(struct mrmgr__sim_ctx *s,
+					    uint32_t rkey)
+{
+	uint32_t idx = rkey >> 8;
+	struct mrmgr__sim_mr *m;
+
+	if (idx == 0 || idx >= s->hwm)
+		return NULL;
+	m = s->slots[idx].mr;
+	if (!m || !m->live || m->ibmr.rkey != rkey)
+		return NULL;
+	return m;
+}
+
+void mrmgr__sim_keys_fini(struct mrmgr__sim_ctx *s)
+{
+	free(s->slots);
+	s->slots = NULL;
+	s->nslots = 0;
+}
+
+/* ---------------------------------------------------------- validation */
+
+static int check_reg(const struct mrmgr__sim_ctx *s, void *addr,
+		     size_t length, unsigned int access)
+{
+	uintptr_t a = (uintptr_t)addr;
+
+	if (access & ~s->pers->access_ok) {
+		mrmgr__dbg("sim_reg_mr: unsupported access bits %#x",
+			   access & ~s->pers->access_ok);
+		return EINVAL;
+	}
+	/* The IB spec's rule, enforced by ib_check_mr_access(). */
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & IBV_ACCESS_LOCAL_WRITE)) {
+		mrmgr__dbg("sim_reg_mr: remote write/atomic needs LOCAL_WRITE");
+		return EINVAL;
+	}
+	if (length == 0) {
+		mrmgr__dbg("sim_reg_mr: zero length");
+		return EINVAL;
+	}
+	/* ib_umem_get() refuses a range whose page-aligned end wraps. */
+	if (length > UINTPTR_MAX - a || a + length > UINTPTR_MAX - (PAGE - 1)) {
+		mrmgr__dbg("sim_reg_mr: range wraps the address space");
+		return EINVAL;
+	}
+	if (length > s->max_mr_size) {
+		mrmgr__dbg("sim_reg_mr: length %zu over max_mr_size", length);
+		return EINVAL;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------- pinning */
+
+/* Fault the span in, as ib_umem_get()'s pin_user_pages() would. */
+static int populate(uint64_t va, uint64_t len, int write)
+{
+	int advice = write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
+
+	for (;;) {
+		if (madvise((void *)(uintptr_t)va, len, advice) == 0)
+			return 0;
+		if (errno == EINTR)
+			continue;
+		/*
+		 * ENOMEM: part of the range is not mapped; EFAULT: protection
+		 * (e.g. write on read-only) or a SIGBUS area; EINVAL: VM_IO or
+		 * VM_PFNMAP, which pinning refuses too. The kernel's
+		 * registration fails all of these with EFAULT.
+		 */
+		mrmgr__dbg("sim_reg_mr: populate %#llx+%llu failed: %s",
+			   (unsigned long long)va, (unsigned long long)len,
+			   strerror(errno));
+		return EFAULT;
+	}
+}
+
+/* Write-fault the pages of [va, va+n pages) whose pagemap entry fits. */
+static int unshare_runs(uint64_t va, uint64_t npages, uint64_t want_set,
+			uint64_t want_clear)
+{
+	uint64_t pm[512];
+	int seen_file = 0;
+
+	for (uint64_t i = 0; i < npages;) {
+		size_t n = npages - i < 512 ? (size_t)(npages - i) : 512;
+
+		if (mrmgr__sim_pagemap_read(va + i * PAGE, n, pm))
+			return 0;
+		for (size_t j = 0; j < n;) {
+			size_t run = 0;
+
+			while (j + run < n &&
+			       (pm[j + run] & (want_set | want_clear)) == want_set)
+				run++;
+			if (run)
+				(void)madvise((void *)(uintptr_t)(va + (i + j) * PAGE),
+					      run * PAGE, MADV_POPULATE_WRITE);
+			else
+				seen_file |= !!(pm[j] & MRMGR__PM_FILE);
+			j += run ? run : 1;
+		}
+		i += n;
+	}
+	return seen_file;
+}
+
+/*
+ * A read-only long-term pin makes the kernel unshare every page a later
+ * store by the program would copy (gup_must_unshare()): the shared zero
+ * page of untouched memory, anonymous pages still shared with a fork
+ * child, and file pages of private (COW) mappings. The HCA and the
+ * program then keep seeing the same page. MADV_POPULATE_READ does none
+ * of that, so do it here by write-faulting exactly those pages; that
+ * needs a writable mapping, so a read-only one keeps its shared pages
+ * (the program cannot store to them either, short of mprotect()).
+ * File pages are only touched inside private writable mappings, found in
+ * /proc/self/maps: dirtying MAP_SHARED or shmem pages would be wrong.
+ */
+static void unshare_for_ro_pin(uint64_t va, uint64_t npages)
+{
+	uint64_t end = va + npages * PAGE;
+	char *line = NULL;
+	size_t cap = 0;
+	FILE *f;
+
+	if (!unshare_runs(va, npages, MRMGR__PM_PRESENT,
+			  MRMGR__PM_FILE | MRMGR__PM_EXCLUSIVE))
+		return;
+	f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return;
+	while (getline(&line, &cap, f) > 0) {
+		unsigned long lo, hi;
+		char perms[5];
+
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3 ||
+		    hi <= va || lo >= end)
+			continue;
+		if (perms[1] != 'w' || perms[3] != 'p')
+			continue;
+		lo = lo < va ? va : lo;
+		hi = hi > end ? end : hi;
+		unshare_runs(lo, (hi - lo) / PAGE,
+			     MRMGR__PM_PRESENT | MRMGR__PM_FILE, 0);
+	}
+	free(line);
+	fclose(f);
+}
+
+/*
+ * The pinning model. Returns 0 or EFAULT; *unverified is set when the
+ * pages were pinned but their identity cannot be checked later.
+ */
+static int pin_pages(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m,
+		     int *unverified)
+{
+	int write = !!(m->access & IBV_ACCESS_LOCAL_WRITE);
+	uint64_t len = m->npages * PAGE;
+	int err;
+
+	*unverified = 0;
+	if (s->flags & MRMGR_SIM_FLAG_NO_PIN) {
+		/*
+		 * msync(MS_ASYNC) only walks the VMAs and fails with ENOMEM
+		 * on a hole: a mapping check that costs the same for 4 KiB
+		 * and 1 TiB, unlike populating. It cannot see protections,
+		 * so NO_PIN does not catch write access to read-only memory.
+		 */
+		if (msync((void *)(uintptr_t)m->span, len, MS_ASYNC) == 0)
+			return 0;
+		mrmgr__dbg("sim_reg_mr: %#llx+%llu not mapped",
+			   (unsigned long long)m->span, (unsigned long long)len);
+		return EFAULT;
+	}
+	err = populate(m->span, len, write);
+	if (err)
+		return err;
+	if (!mrmgr_sim_page_identity_available()) {
+		*unverified = 1;
+		return 0;
+	}
+	if (!write)
+		unshare_for_ro_pin(m->span, m->npages);
+	return mrmgr__sim_pages_hold(m, unverified);
+}
+
+/* ---------------------------------------------------------------- cost */
+
+static uint64_t cost_ns(uint64_t fixed, uint64_t per_page, uint64_t pages)
+{
+	uint64_t v;
+
+	if (__builtin_mul_overflow(per_page, pages, &v) ||
+	    __builtin_add_overflow(v, fixed, &v))
+		return UINT64_MAX;
+	return v;
+}
+
+/*
+ * Spin rather than sleep: a real registration keeps the calling thread in
+ * the kernel and the firmware for this long, and sleeping would give the
+ * CPU away, which a benchmark would then mistake for free time.
+ */
+static void busy_wait(uint64_t ns)
+{
+	struct timespec t0, t;
+
+	if (!ns)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000u +
+			 (uint64_t)(t.tv_nsec - t0.tv_nsec) < ns);
+}
+
+/* ---------------------------------------------------------- reg/dereg */
+
+MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
+				  size_t length, unsigned int access,
+				  struct ibv_mr **mr)
+{
+	struct mrmgr__sim_pd *spd;
+	struct mrmgr__sim_ctx *s;
+	struct mrmgr__sim_mr *m;
+	uint64_t bytes;
+	int ret, unverified = 0;
+
+	if (!mr) {
+		mrmgr__warn("sim_reg_mr: NULL mr");
+		return EINVAL;
+	}
+	spd = mrmgr__sim_pd_get(pd);
+	if (!spd)
+		return EINVAL;
+	s = spd->sctx;
+	ret = check_reg(s, addr, length, access);
+	m = ret ? NULL : calloc(1, sizeof(*m));
+	if (!ret && !m)
+		ret = ENOMEM;
+	if (ret) {
+		pthread_mutex_lock(&s->lock);
+		s->stats.reg_failures++;
+		pthread_mutex_unlock(&s->lock);
+		return ret;
+	}
+	m->spd = spd;
+	m->access = access;
+	m->span = (uintptr_t)addr & ~(PAGE - 1);
+	bytes = (((uintptr_t)addr + length + PAGE - 1) & ~(PAGE - 1)) - m->span;
+	m->npages = bytes / PAGE;
+
+	/*
+	 * Reserve the slot, the MR count and the budget first, as the
+	 * kernel charges pinned_vm before pinning: over budget is ENOMEM
+	 * even for memory that would also fault.
+	 */
+	pthread_mutex_lock(&s->lock);
+	ret = mrmgr__sim_fault_check(s, MRMGR_SIM_OP_REG, addr, length, access);
+	if (!ret && s->mrs >= s->max_mr)
+		ret = ENOMEM;
+	if (!ret && (bytes > s->memlock_bytes ||
+		     s->stats.pinned_bytes > s->memlock_bytes - bytes))
+		ret = ENOMEM;
+	if (!ret)
+		ret = slot_alloc(s, m);
+	if (ret) {
+		s->stats.reg_failures++;
+		pthread_mutex_unlock(&s->lock);
+		mrmgr__dbg("sim_reg_mr: %s", strerror(ret));
+		free(m);
+		return ret;
+	}
+	s->mrs++;
+	spd->mrs++;
+	s->stats.pinned_bytes += bytes;
+	if (s->stats.pinned_bytes > s->stats.peak_pinned_bytes)
+		s->stats.peak_pinned_bytes = s->stats.pinned_bytes;
+	pthread_mutex_unlock(&s->lock);
+
+	/* The slow part runs unlocked, like concurrent ibv_reg_mr() calls. */
+	ret = pin_pages(s, m, &unverified);
+	if (!ret)
+		busy_wait(cost_ns(s->reg_ns, s->reg_ns_per_page, m->npages));
+
+	pthread_mutex_lock(&s->lock);
+	if (ret) {
+		slot_free(s, m->index);
+		s->mrs--;
+		spd->mrs--;
+		s->stats.pinned_bytes -= bytes;
+		s->stats.reg_failures++;
+		pthread_mutex_unlock(&s->lock);
+		free(m);
+		return ret;
+	}
+	m->ibmr.context = pd->context;
+	m->ibmr.pd = pd;
+	m->ibmr.addr = addr;
+	m->ibmr.length = length;
+	m->ibmr.handle = s->next_mr_handle++;
+	m->magic = SIM_MR_MAGIC;
+	m->live = 1;
+	s->stats.live_mrs++;
+	s->stats.registrations++;
+	s->stats.pages_registered += m->npages;
+	if (unverified) {
+		s->stats.unverified_pages += m->npages;
+		if (!s->warned_unverified && mrmgr_sim_page_identity_available()) {
+			s->warned_unverified = 1;
+			mrmgr__warn("sim %s: could not hold pages; stale accesses "
+				    "to them go undetected (see unverified_pages)",
+				    s->ibdev.name);
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	*mr = &m->ibmr;
+	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_sim_dereg_mr(struct ibv_mr *mr)
+{
+	struct mrmgr__sim_ctx *s;
+	struct mrmgr__sim_mr *m;
+	uint64_t ns;
+	int ret;
+
+	if (!mr) {
+		mrmgr__warn("sim_dereg_mr: NULL mr");
+		return EINVAL;
+	}
+	s = mrmgr__sim_ctx_get(mr->context);
+	if (!s)
+		return EINVAL;
+	m = mrmgr__container_of(mr, struct mrmgr__sim_mr, ibmr);
+
+	pthread_mutex_lock(&s->lock);
+	if (m->magic != SIM_MR_MAGIC || m->index == 0 || m->index >= s->hwm ||
+	    s->slots[m->index].mr != m || !m->live) {
+		pthread_mutex_unlock(&s->lock);
+		mrmgr__warn("sim_dereg_mr: %p is not a live MR of %s",
+			    (void *)mr, s->ibdev.name);
+		return EINVAL;
+	}
+	ret = mrmgr__sim_fault_check(s, MRMGR_SIM_OP_DEREG, mr->addr,
+				     mr->length, m->access);
+	if (ret) {
+		pthread_mutex_unlock(&s->lock);
+		return ret; /* the MR stays live, as after a failed destroy */
+	}
+	/* Keys die now; the pages are let go after, outside the lock. */
+	slot_free(s, m->index);
+	m->live = 0;
+	m->magic = 0;
+	s->mrs--;
+	m->spd->mrs--;
+	s->stats.live_mrs--;
+	s->stats.pinned_bytes -= m->npages * PAGE;
+	s->stats.deregistrations++;
+	/* Read under the lock: once unlocked the device may be closed. */
+	ns = cost_ns(s->dereg_ns, s->dereg_ns_per_page, m->npages);
+	pthread_mutex_unlock(&s->lock);
+
+	mrmgr__sim_pages_release(m);
+	busy_wait(ns);
+	free(m);
+	return 0;
+}

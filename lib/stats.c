@@ -1,0 +1,38 @@
+/*
+ * Statistics: slow-path counters kept under the cache lock, hit counters
+ * kept per thread slot, added up here.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "cache.h"
+#include "log.h"
+
+MRMGR_EXPORT int mrmgr_cache_query_stats(mrmgr_cache_t *c,
+					 struct mrmgr_stats *stats, size_t size)
+{
+	struct mrmgr_stats s;
+
+	if (!c || !stats || !size) {
+		mrmgr__err("mrmgr_cache_query_stats: %s",
+			   !c ? "NULL cache" : !stats ? "NULL stats" : "size 0");
+		return EINVAL;
+	}
+	pthread_mutex_lock(&c->lock);
+	s = c->st;
+	s.regions = c->nregions;
+	s.regions_in_use = mrmgr__cache_regions_in_use(c);
+	s.pinned_bytes = c->pinned_bytes;
+	s.max_regions = c->cfg.max_regions;
+	s.max_bytes = c->cfg.max_bytes;
+	pthread_mutex_unlock(&c->lock);
+	for (unsigned int i = 0; i < c->nstripes; i++)
+		s.hits += MRMGR__READ_ONCE(c->slots[i].hits);
+
+	memcpy(stats, &s, size < sizeof(s) ? size : sizeof(s));
+	return 0;
+}

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Install every Debian 12 package the project needs to build, test,
+# document and benchmark. Safe to run again. Needs root (or sudo).
+set -eu
+pkgs="build-essential autoconf automake libtool pkg-config
+      libibverbs-dev ibverbs-providers librdmacm-dev libcriterion-dev
+      doxygen valgrind
+      qemu-system-x86 busybox-static cpio kmod xz-utils iproute2
+      abigail-tools libucx-dev gnuplot-nox"
+missing=""
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing="$missing $p"
+done
+[ -z "$missing" ] && { echo "install-deps: all packages present"; exit 0; }
+echo "install-deps: installing:$missing"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086 # a word list on purpose
+$SUDO apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,36 @@
+#!/bin/sh
+# Quick start, second command: the whole test suite.
+#  1. a -Werror build and `make check` (unit tests on the simulated HCA,
+#     the pkg-config consumer, the exported-symbol baseline);
+#  2. the ABI baseline (abidiff), `make distcheck`, `make doc`;
+#  3. the real-verbs tier: the same kind of tests on Soft-RoCE (rxe0) in a
+#     qemu guest (`make check-rxe`); MRMGR_SKIP_RXE=1 leaves it out.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+step() { printf '\n==== %s\n' "$*"; }
+
+step "build (-Werror)"
+MRMGR_WERROR=1 "$top/scripts/build.sh"
+cd build
+step "make check"
+if ! make -s check; then
+	cat test-suite.log >&2 || true
+	exit 1
+fi
+step "ABI baseline"
+"$top/tests/abi/abidiff.sh"
+step "documentation"
+make -s doc
+step "make distcheck"
+make -s distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror >/dev/null
+step "examples"
+./examples/basic_cache
+./examples/demo --messages 5000 >/dev/null
+if [ "${MRMGR_SKIP_RXE:-0}" = 1 ]; then
+	step "real-verbs tier skipped (MRMGR_SKIP_RXE=1)"
+else
+	step "real-verbs tier (rdma_rxe in qemu)"
+	make -s check-rxe
+fi
+step "all tests passed"

@@ -1,0 +1,43 @@
+/*
+ * A tiny program outside the tree: built only with
+ * `pkg-config --cflags --libs mrmgr` against an installed libmrmgr.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mrmgr/mrmgr.h>
+#include <mrmgr/sim.h>
+
+int main(void)
+{
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	mrmgr_cache_t *cache;
+	mrmgr_region_t *r;
+	struct mrmgr_stats st;
+	static char buf[1 << 16];
+	int ret;
+
+	memset(buf, 1, sizeof(buf));
+	if ((ret = mrmgr_sim_open(NULL, &ctx)) || (ret = mrmgr_sim_alloc_pd(ctx, &pd)) ||
+	    (ret = mrmgr_cache_create(pd, NULL, &cache))) {
+		fprintf(stderr, "setup: %s\n", strerror(ret));
+		return 1;
+	}
+	for (int i = 0; i < 2; i++) {
+		if ((ret = mrmgr_get(cache, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE, &r))) {
+			fprintf(stderr, "get: %s\n", strerror(ret));
+			return 1;
+		}
+		mrmgr_put(r);
+	}
+	mrmgr_cache_query_stats(cache, &st, sizeof(st));
+	printf("consumer: libmrmgr %s, hits %llu misses %llu\n", mrmgr_version_string(),
+	       (unsigned long long)st.hits, (unsigned long long)st.misses);
+	if (st.hits != 1 || st.misses != 1)
+		return 1;
+	if (mrmgr_cache_destroy(cache) || mrmgr_sim_dealloc_pd(pd) || mrmgr_sim_close(ctx))
+		return 1;
+	return 0;
+}
