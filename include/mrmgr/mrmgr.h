@@ -227,6 +227,7 @@ struct mrmgr_stats {
 /**
  * Copy the cache's statistics.
  *
+ * @param cache  the cache.
  * @param stats  receives at most @p size bytes of struct mrmgr_stats.
  * @param size   @c sizeof(struct mrmgr_stats) as the caller was built.
  * @return 0, or @c EINVAL for NULL pointers or a size of 0.
