@@ -34,3 +34,4 @@ else
 	make -s check-rxe
 fi
 step "all tests passed"
+"$top/scripts/summarize-tests.sh" "$top/build/tests"

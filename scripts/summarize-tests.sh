@@ -1,0 +1,28 @@
+#!/bin/sh
+# Print one closing line for every test case run: the Criterion
+# "Synthesis" lines of each suite's log, plus the script tests' results
+# (automake .trs files), under the given directories.
+# Usage: summarize-tests.sh DIR...
+set -eu
+passed=0 failed=0 skipped=0
+for dir in "$@"; do
+	[ -d "$dir" ] || continue
+	for log in $(find "$dir" -name '*.log' ! -name test-suite.log); do
+		line=$(grep -a 'Synthesis: Tested:' "$log" | tail -n1 || true)
+		if [ -n "$line" ]; then
+			# [====] Synthesis: Tested: 21 | Passing: 20 | Failing: 1 | Crashing: 0
+			set -- $(echo "$line" | sed 's/[^0-9 ]//g')
+			passed=$((passed + $2)); failed=$((failed + $3 + $4))
+			skipped=$((skipped + $(grep -ac '^\[SKIP\]' "$log" || true)))
+		else
+			trs=${log%.log}.trs
+			[ -f "$trs" ] || continue
+			case $(sed -n 's/^:test-result: //p' "$trs" | head -n1) in
+			PASS) passed=$((passed + 1)) ;;
+			SKIP) skipped=$((skipped + 1)) ;;
+			*) failed=$((failed + 1)) ;;
+			esac
+		fi
+	done
+done
+echo "tests: $passed passed, $failed failed, $skipped skipped"
