@@ -29,7 +29,7 @@ export MRMGR_VM_SHARE MRMGR_TEST_REQUIRE_DEVICE MRMGR_VM_TIMEOUT
 
 start=$(date +%s)
 {
-	"$here/run-in-vm.sh" bash "$here/guest-suite.sh" "$@" 2>&1
+	bash "$here/run-in-vm.sh" bash "$here/guest-suite.sh" "$@" 2>&1
 	echo $? >"$rcfile"
 } | tee "$log"
 rc=$(cat "$rcfile" 2>/dev/null || echo 125)
