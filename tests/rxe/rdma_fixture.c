@@ -444,7 +444,8 @@ void rdma_remap_same_address(void *addr, size_t len, int fill)
 	memset(q, fill, len);
 }
 
-void rdma_expect_bytes(const void *buf, size_t len, int byte, const char *what)
+void rdma_expect_bytes_at(const char *file, int line, const void *buf,
+			  size_t len, int byte, const char *what)
 {
 	const unsigned char *p = buf;
 	unsigned char want = (unsigned char)byte;
@@ -454,21 +455,23 @@ void rdma_expect_bytes(const void *buf, size_t len, int byte, const char *what)
 	 * runner process, which is slow under TCG. */
 	while (i < len && p[i] == want)
 		i++;
-	cr_assert_eq(i, len, "%s: byte %zu of %zu is %#04x, expected %#04x ('%c')",
-		     what, i, len, i < len ? p[i] : 0, want, want);
+	cr_assert_eq(i, len,
+		     "%s:%d: %s: byte %zu of %zu is %#04x, expected %#04x ('%c')",
+		     file, line, what, i, len, i < len ? p[i] : 0, want, want);
 	cr_log_info("byte check: %s: %zu bytes of '%c' ok", what, len, want);
 }
 
-void rdma_expect_same(const void *got, const void *want, size_t len,
-		      const char *what)
+void rdma_expect_same_at(const char *file, int line, const void *got,
+			 const void *want, size_t len, const char *what)
 {
 	const unsigned char *g = got, *w = want;
 	size_t i = 0;
 
 	while (i < len && g[i] == w[i])
 		i++;
-	cr_assert_eq(i, len, "%s: byte %zu of %zu is %#04x, expected %#04x",
-		     what, i, len, i < len ? g[i] : 0, i < len ? w[i] : 0);
+	cr_assert_eq(i, len, "%s:%d: %s: byte %zu of %zu is %#04x, expected %#04x",
+		     file, line, what, i, len, i < len ? g[i] : 0,
+		     i < len ? w[i] : 0);
 	cr_log_info("byte check: %s: %zu bytes match", what, len);
 }
 

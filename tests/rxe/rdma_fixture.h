@@ -115,12 +115,20 @@ void rdma_remap_same_address(void *addr, size_t len, int fill);
 /*
  * Assert that every byte of @p buf is @p byte, and log the check as
  * "byte check: <what>: <len> bytes of 'c' ok" (shown with --verbose).
+ * A failure names the caller's file and line, the first wrong byte and
+ * its offset.
  */
-void rdma_expect_bytes(const void *buf, size_t len, int byte, const char *what);
+#define rdma_expect_bytes(buf, len, byte, what) \
+	rdma_expect_bytes_at(__FILE__, __LINE__, buf, len, byte, what)
 
 /* Assert that @p got equals @p want over @p len bytes, and log the check. */
-void rdma_expect_same(const void *got, const void *want, size_t len,
-		      const char *what);
+#define rdma_expect_same(got, want, len, what) \
+	rdma_expect_same_at(__FILE__, __LINE__, got, want, len, what)
+
+void rdma_expect_bytes_at(const char *file, int line, const void *buf,
+			  size_t len, int byte, const char *what);
+void rdma_expect_same_at(const char *file, int line, const void *got,
+			 const void *want, size_t len, const char *what);
 
 /*
  * Fill @p buf with a byte pattern that differs between neighbouring bytes

@@ -72,6 +72,8 @@ Test(rxe_stale, negative_control_a_stale_mr_misdirects_the_write)
 
 	cr_assert_eq(write_w(&s, old_rkey), IBV_WC_SUCCESS,
 		     "a WRITE through the stale rkey completes successfully...");
+	cr_log_info("%s: RDMA WRITE of 'W' through the stale rkey %#x: completion "
+		    "success", s.f.name, old_rkey);
 	rdma_expect_bytes(s.buf, LEN, 'B',
 			  "...yet the new buffer did not change (write misdirected)");
 
