@@ -27,9 +27,13 @@ MRMGR_TEST_REQUIRE_DEVICE=1
 MRMGR_VM_TIMEOUT=${MRMGR_VM_TIMEOUT:-600}
 export MRMGR_VM_SHARE MRMGR_TEST_REQUIRE_DEVICE MRMGR_VM_TIMEOUT
 
+# The suite goes in as text, not as a path: the source tree may be where
+# the guest cannot see it (under /tmp, which the guest mounts afresh).
+suite=$(cat "$here/guest-suite.sh") || exit 125
+
 start=$(date +%s)
 {
-	bash "$here/run-in-vm.sh" bash "$here/guest-suite.sh" "$@" 2>&1
+	bash "$here/run-in-vm.sh" bash -c "$suite" guest-suite.sh "$@" 2>&1
 	echo $? >"$rcfile"
 } | tee "$log"
 rc=$(cat "$rcfile" 2>/dev/null || echo 125)

@@ -1,7 +1,8 @@
 #!/bin/bash
 # guest-suite.sh TEST... - runs INSIDE the run-in-vm.sh guest, in the build
-# directory (check-rxe.sh starts it): every real-device test binary given,
-# then the demo and the examples, each of which must use the real device.
+# directory (check-rxe.sh hands it in as the text of a bash -c): every
+# real-device test binary given, then the demo and the examples, each of
+# which must use the real device.
 # Prints each one's output and a summary; exits 0 when everything passed,
 # 1 otherwise.
 set -u
@@ -30,8 +31,8 @@ if [ ! -e "/sys/class/infiniband/$DEVICE" ]; then
 fi
 for d in /sys/class/infiniband/*; do
 	n=${d##*/}
-	echo "$n: node_guid $(cat "$d/node_guid") ports $(ls "$d/ports" | tr '\n' ' ')" \
-	     "state $(cat "$d/ports/1/state" 2>/dev/null)" \
+	echo "$n: node_guid $(cat "$d/node_guid")" \
+	     "port 1 state $(cat "$d/ports/1/state" 2>/dev/null)" \
 	     "gid0 $(cat "$d/ports/1/gids/0" 2>/dev/null)"
 done
 
