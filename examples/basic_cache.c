@@ -2,9 +2,10 @@
  * The smallest useful libmrmgr program: get a registration for a buffer,
  * use its keys, put it back, get it again from the cache.
  *
- * Runs on the simulated HCA so it works anywhere; with a real device you
- * would pass the PD from ibv_alloc_pd() instead.
+ * Runs on the first RDMA device, or on the simulated HCA when there is
+ * none, so it works anywhere: the cache only needs a PD.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,31 @@ static int check(int ret, const char *what)
 	return ret;
 }
 
+/* A PD on the first RDMA device (*real = 1), else on the simulated HCA. */
+static int open_pd(struct ibv_context **ctx, struct ibv_pd **pd, int *real)
+{
+	struct ibv_device **devs = ibv_get_device_list(NULL);
+
+	*ctx = devs && devs[0] ? ibv_open_device(devs[0]) : NULL;
+	if (devs)
+		ibv_free_device_list(devs);
+	*real = *ctx != NULL;
+	if (!*real)
+		return check(mrmgr_sim_open(NULL, ctx), "open the simulated HCA") ||
+		       check(mrmgr_sim_alloc_pd(*ctx, pd), "allocate a PD");
+	*pd = ibv_alloc_pd(*ctx);
+	return *pd ? 0 : check(errno ? errno : ENOMEM, "allocate a PD");
+}
+
+static int close_pd(struct ibv_context *ctx, struct ibv_pd *pd, int real)
+{
+	if (real)
+		return check(ibv_dealloc_pd(pd), "free the PD") ||
+		       check(ibv_close_device(ctx), "close the device");
+	return check(mrmgr_sim_dealloc_pd(pd), "free the PD") ||
+	       check(mrmgr_sim_close(ctx), "close the device");
+}
+
 int main(void)
 {
 	struct ibv_context *ctx;
@@ -28,13 +54,16 @@ int main(void)
 	struct mrmgr_stats st;
 	size_t len = 1 << 20;
 	char *buf = malloc(len);
+	int real;
 
 	if (!buf)
 		return 1;
 	memset(buf, 0, len);
-	if (check(mrmgr_sim_open(NULL, &ctx), "open the simulated HCA") ||
-	    check(mrmgr_sim_alloc_pd(ctx, &pd), "allocate a PD") ||
-	    check(mrmgr_cache_create(pd, NULL, &cache), "create the cache"))
+	if (open_pd(&ctx, &pd, &real))
+		return 1;
+	printf("device: %s%s\n", ibv_get_device_name(ctx->device),
+	       real ? "" : " (simulated)");
+	if (check(mrmgr_cache_create(pd, NULL, &cache), "create the cache"))
 		return 1;
 
 	for (int i = 0; i < 3; i++) {
@@ -59,8 +88,7 @@ int main(void)
 	mrmgr_invalidate(cache, buf, len);
 	free(buf);
 	if (check(mrmgr_cache_destroy(cache), "destroy the cache") ||
-	    check(mrmgr_sim_dealloc_pd(pd), "free the PD") ||
-	    check(mrmgr_sim_close(ctx), "close the device"))
+	    close_pd(ctx, pd, real))
 		return 1;
 	return st.hits == 2 && st.registrations == 1 ? 0 : 1;
 }

@@ -329,13 +329,16 @@ static struct mrmgr_region *try_hit(struct mrmgr_cache *c, uint64_t start,
 /*
  * Widen [*start, *last] over every live region it overlaps or touches,
  * until nothing more joins. Gives up (restores the request) past limit.
+ * Returns whether any region joins: one inside the request with no more
+ * access joins too, though the span does not change, so that it is
+ * absorbed instead of staying cached beside its superset.
  */
-static void merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
-		       unsigned int *access, uint64_t limit)
+static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
+		      unsigned int *access, uint64_t limit)
 {
 	uint64_t s = *start, l = *last;
 	unsigned int acc = *access;
-	int grown;
+	int grown, joined = 0;
 
 	do {
 		uint64_t qs = s ? s - 1 : 0, ql = l != UINT64_MAX ? l + 1 : l;
@@ -353,13 +356,15 @@ static void merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
 				grown = 1;
 			}
 			acc |= node_region(n)->access;
+			joined = 1;
 		}
 		if (l - s >= limit)
-			return;
+			return 0;
 	} while (grown);
 	*start = s;
 	*last = l;
 	*access = acc;
+	return joined;
 }
 
 static int do_reg(struct mrmgr_cache *c, uint64_t start, uint64_t len,
@@ -396,8 +401,7 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 
 		if (c->caps.max_mr_size && c->caps.max_mr_size < limit)
 			limit = c->caps.max_mr_size;
-		merge_span(c, &rs, &rl, &racc, limit);
-		merged = rs != start || rl != last || racc != access;
+		merged = merge_span(c, &rs, &rl, &racc, limit);
 	}
 	if (cacheable && !make_room(c, rl - rs + 1)) {
 		cacheable = 0;
@@ -413,9 +417,11 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		evict_all_idle(c);
 		ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
 	}
-	if (ret == EFAULT && merged) {
-		/* The merged span reaches memory that is no longer what the
-		 * cached neighbours registered; register just the request. */
+	if (merged && (ret == EFAULT || ret == ENOMEM || ret == EAGAIN)) {
+		/* EFAULT: the merged span reaches memory that is no longer
+		 * what the cached neighbours registered. ENOMEM/EAGAIN: the
+		 * span does not fit even with every idle region evicted, yet
+		 * the request alone may. Register just the request. */
 		rs = start;
 		rl = last;
 		racc = access;

@@ -1,6 +1,11 @@
 #!/bin/sh
 # Install every Debian 12 package the project needs to build, test,
 # document and benchmark. Safe to run again. Needs root (or sudo).
+# The rxe tier's guest runs the host's own binaries (bash, ip, rdma,
+# libibverbs and its rxe provider, libcriterion) from the host root, so
+# they are all here; qemu's firmware (qboot.rom, pvh.bin) and TCG module
+# come with qemu-system-x86's hard dependencies, so --no-install-recommends
+# is enough.
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config
       libibverbs-dev ibverbs-providers librdmacm-dev libcriterion-dev

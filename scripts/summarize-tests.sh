@@ -8,11 +8,16 @@ passed=0 failed=0 skipped=0
 for dir in "$@"; do
 	[ -d "$dir" ] || continue
 	for log in $(find "$dir" -name '*.log' ! -name test-suite.log); do
-		line=$(grep -a 'Synthesis: Tested:' "$log" | tail -n1 || true)
-		if [ -n "$line" ]; then
+		if grep -aq 'Synthesis: Tested:' "$log"; then
+			# One line per suite run (check-rxe's log holds several):
 			# [====] Synthesis: Tested: 21 | Passing: 20 | Failing: 1 | Crashing: 0
-			set -- $(echo "$line" | sed 's/[^0-9 ]//g')
-			passed=$((passed + $2)); failed=$((failed + $3 + $4))
+			for counts in $(grep -a 'Synthesis: Tested:' "$log" |
+					sed 's/[^0-9|]//g'); do
+				IFS='|' read -r _ p f c <<-EOT
+				$counts
+				EOT
+				passed=$((passed + p)); failed=$((failed + f + c))
+			done
 			skipped=$((skipped + $(grep -ac '^\[SKIP\]' "$log" || true)))
 		else
 			trs=${log%.log}.trs

@@ -366,6 +366,10 @@ else
     RW_DIR=$(cd "$RW_DIR" && pwd -P)
 fi
 [ "$RW_DIR" != / ] || infra_fail "refusing to share / read-write; cd somewhere or set MRMGR_VM_SHARE"
+case $CWD/ in
+"$RW_DIR"/*) ;;
+*) log "note: $CWD is outside the read-write share $RW_DIR: the guest's writes there are lost" ;;
+esac
 
 CTL_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mrmgr-vm-ctl.XXXXXX")
 trap 'rm -rf "$CTL_DIR"' EXIT

@@ -549,3 +549,63 @@ Test(cache, threads_get_put_invalidate, .timeout = 120)
 	fx_close(&s.f);
 	munmap(s.mem, NBUF * BUFLEN);
 }
+
+/*
+ * A request next to an idle cached region merges with it; when the merged
+ * span cannot be pinned even after every idle region is evicted, the
+ * request alone is registered (found on rxe: tests/rxe/test_memlock.c).
+ */
+Test(cache, enomem_on_a_merged_span_registers_the_request_alone)
+{
+	struct fixture f;
+	struct mrmgr_sim_attr sa = { .comp_mask = MRMGR_SIM_ATTR_MEMLOCK,
+				     .memlock_bytes = 256 * KiB };
+	struct mrmgr_cache_attr a = limits(0, 1ull << 32, 0);
+	mrmgr_region_t *r;
+	char *buf = map_rw(320 * KiB, 0);
+
+	fx_open(&f, &sa, &a);
+	cr_assert_eq(mrmgr_get(f.cache, buf, 128 * KiB, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(mrmgr_get(f.cache, buf + 128 * KiB, 192 * KiB, RW, &r), 0,
+		     "320 KiB merged is past the budget, 192 KiB alone is not");
+	cr_assert_eq(mrmgr_region_addr(r), buf + 128 * KiB);
+	cr_assert_eq(mrmgr_region_length(r), 192 * KiB);
+	struct mrmgr_stats s = cstats(f.cache);
+	cr_assert_eq(s.evict_retries, 1);
+	cr_assert_eq(s.reg_failures, 0);
+	mrmgr_put(r);
+	fx_close(&f);
+	munmap(buf, 320 * KiB);
+}
+
+/*
+ * A miss whose range holds a cached region with less access absorbs it,
+ * even though neither the span nor the access grows; it used to stay
+ * cached beside the new region, pinning the same pages twice (found on
+ * rxe: tests/rxe/test_rdma.c).
+ */
+Test(cache, more_access_on_the_same_range_absorbs_the_weaker_region)
+{
+	struct fixture f;
+	mrmgr_region_t *ro, *rw, *again;
+	char *buf = map_rw(64 * KiB, 0);
+	const unsigned int ro_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+
+	fx_open(&f, NULL, &big);
+	cr_assert_eq(mrmgr_get(f.cache, buf, 64 * KiB, ro_access, &ro), 0);
+	cr_assert_eq(mrmgr_get(f.cache, buf, 64 * KiB, RW, &rw), 0);
+	cr_assert_neq(rw, ro);
+	struct mrmgr_stats s = cstats(f.cache);
+	cr_assert_eq(s.merges, 1);
+	mrmgr_put(ro);
+	mrmgr_put(rw);
+	s = cstats(f.cache);
+	cr_assert_eq(s.regions, 1, "one registration of the range remains");
+	cr_assert_eq(s.pinned_bytes, 64 * KiB);
+	cr_assert_eq(mrmgr_get(f.cache, buf, 64 * KiB, ro_access, &again), 0);
+	cr_assert_eq(again, rw);
+	mrmgr_put(again);
+	fx_close(&f);
+	munmap(buf, 64 * KiB);
+}

@@ -1,0 +1,83 @@
+#!/bin/bash
+# guest-suite.sh TEST... - runs INSIDE the run-in-vm.sh guest, in the build
+# directory (check-rxe.sh hands it in as the text of a bash -c): every
+# real-device test binary given, then the demo and the examples, each of
+# which must use the real device.
+# Prints each one's output and a summary; exits 0 when everything passed,
+# 1 otherwise.
+set -u
+
+# The device the tests use; the demo and the examples open the first
+# device libibverbs lists, which in this guest is rxe0.
+DEVICE=${MRMGR_TEST_DEVICE:-rxe0}
+FIRST_DEVICE=rxe0
+# One test at a time: the guest has 2 (emulated) CPUs, the kernel's rxe
+# tasks need one, and serial output reads better.  CRITERION_JOBS wins.
+jobs=${CRITERION_JOBS:-1}
+results=()
+failed=0
+
+now() { date +%s.%N; }
+record() { # name status seconds
+	results+=("$(printf '%-28s %-5s %6.1f s' "$1" "$2" "$3")")
+	[ "$2" = PASS ] || failed=1
+}
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+echo "==== device"
+if [ ! -e "/sys/class/infiniband/$DEVICE" ]; then
+	echo "guest-suite: $DEVICE does not exist"
+	exit 1
+fi
+for d in /sys/class/infiniband/*; do
+	n=${d##*/}
+	echo "$n: node_guid $(cat "$d/node_guid")" \
+	     "port 1 state $(cat "$d/ports/1/state" 2>/dev/null)" \
+	     "gid0 $(cat "$d/ports/1/gids/0" 2>/dev/null)"
+done
+
+for t in "$@"; do
+	echo
+	echo "==== $t"
+	t0=$(now)
+	"./$t" --verbose --jobs="$jobs"
+	rc=$?
+	case $rc in
+	0) status=PASS ;;
+	77) status=FAIL; echo "guest-suite: $t skipped every test: the device was not usable" ;;
+	*) status=FAIL; echo "guest-suite: $t exited $rc" ;;
+	esac
+	record "$t" "$status" "$(elapsed "$t0")"
+done
+
+# Programs that must print "device: <FIRST_DEVICE>" and exit 0.
+run_example() { # name command...
+	local name=$1 out rc t0
+	shift
+	echo
+	echo "==== $name"
+	t0=$(now)
+	out=$("$@" 2>&1)
+	rc=$?
+	printf '%s\n' "$out"
+	if [ $rc -ne 0 ]; then
+		echo "guest-suite: $name exited $rc"
+		record "$name" FAIL "$(elapsed "$t0")"
+	elif ! grep -q "^device: $FIRST_DEVICE\b" <<<"$out"; then
+		echo "guest-suite: $name did not run on $FIRST_DEVICE"
+		record "$name" FAIL "$(elapsed "$t0")"
+	else
+		record "$name" PASS "$(elapsed "$t0")"
+	fi
+}
+run_example examples/demo ./examples/demo --messages 3000
+run_example examples/basic_cache ./examples/basic_cache
+
+echo
+echo "==== summary ($DEVICE)"
+printf '%s\n' "${results[@]}"
+if [ $failed -ne 0 ]; then
+	echo "guest-suite: FAILED"
+	exit 1
+fi
+echo "guest-suite: all passed"
