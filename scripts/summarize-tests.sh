@@ -19,6 +19,9 @@ for dir in "$@"; do
 				passed=$((passed + p)); failed=$((failed + f + c))
 			done
 			skipped=$((skipped + $(grep -ac '^\[SKIP\]' "$log" || true)))
+			# A suite whose every test skipped says so in one line.
+			n=$(sed -n 's/.*SKIP: all \([0-9]*\) tests skipped.*/\1/p' "$log" | head -n1)
+			skipped=$((skipped + ${n:-0}))
 		else
 			trs=${log%.log}.trs
 			[ -f "$trs" ] || continue
