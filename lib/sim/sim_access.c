@@ -408,7 +408,7 @@ static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
 	struct mrmgr__sim_pd *spd;
 	struct mrmgr__sim_ctx *s;
 	struct mrmgr__sim_mr *m;
-	uint64_t base;
+	uint64_t base, wait_ns = 0;
 	int ret = 0;
 
 	if (!buf || !len) {
@@ -442,7 +442,11 @@ static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
 		pthread_mutex_unlock(&s->lock);
 		return ret;
 	}
-	ret = m->pfns ? check_identity(m, raddr, len) : check_mapped(raddr, len);
+	if (m->odp) /* ODP follows the mapping: faults, never stale */
+		ret = mrmgr__sim_odp_access(s, m, raddr, len, write, &wait_ns);
+	else
+		ret = m->pfns ? check_identity(m, raddr, len)
+			      : check_mapped(raddr, len);
 	if (!ret)
 		ret = copy_self(buf, raddr, len, write);
 	if (ret == ESTALE)
@@ -454,6 +458,7 @@ static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
 	else
 		s->stats.reads++;
 	pthread_mutex_unlock(&s->lock);
+	mrmgr__sim_busy_wait(wait_ns);
 	if (ret == ESTALE)
 		mrmgr__dbg("sim %s: stale %s at %#llx+%zu (rkey %#x)",
 			   s->ibdev.name, write ? "write" : "read",
