@@ -34,12 +34,9 @@
 #include "config.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cache.h"
 #include "log.h"
@@ -243,98 +240,6 @@ void mrmgr__odp_fini(struct mrmgr_cache *c)
 	else
 		c->st.deregistrations++;
 	o->implicit_mr = NULL;
-}
-
-/* ------------------------------------------------------------ mapping */
-
-/*
- * One line of /proc/self/maps against the part [*next, last] still to
- * cover. Lines come sorted by address and never overlap. Returns 0 to go
- * on, 1 when the range is covered, -1 on a hole or a wrong protection.
- */
-static int maps_line(const char *p, uint64_t *next, uint64_t last, int write,
-		     uint64_t *bad, const char **why)
-{
-	char *e;
-	uint64_t lo = strtoull(p, &e, 16), hi;
-	const char *perms;
-
-	if (*e != '-')
-		return 0;
-	hi = strtoull(e + 1, &e, 16);
-	if (*e != ' ')
-		return 0;
-	perms = e + 1;
-	if (hi <= *next)
-		return 0;
-	*bad = *next;
-	if (lo > *next) {
-		*why = "not mapped";
-		return -1;
-	}
-	if (perms[0] != 'r') {
-		*why = "not readable";
-		return -1;
-	}
-	if (write && perms[1] != 'w') {
-		*why = "read-only";
-		return -1;
-	}
-	if (hi - 1 >= last)
-		return 1;
-	*next = hi;
-	return 0;
-}
-
-int mrmgr__odp_check_mapping(uint64_t start, uint64_t last, int write,
-			     uint64_t *bad, const char **why)
-{
-	char buf[4096];
-	size_t have = 0;
-	int skipping = 0, res = 0, ret;
-	uint64_t next = start;
-	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return errno ? errno : EIO;
-	while (!res) {
-		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
-		char *p = buf, *end, *nl;
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			ret = n < 0 ? (errno ? errno : EIO) : 0;
-			close(fd);
-			if (ret)
-				return ret;
-			/* Past the last mapping: the rest is a hole. */
-			*bad = next;
-			*why = "not mapped";
-			return EFAULT;
-		}
-		have += (size_t)n;
-		end = buf + have;
-		while (!res && (nl = memchr(p, '\n', (size_t)(end - p)))) {
-			*nl = '\0';
-			if (!skipping)
-				res = maps_line(p, &next, last, write, bad, why);
-			skipping = 0;
-			p = nl + 1;
-		}
-		have = (size_t)(end - p);
-		memmove(buf, p, have);
-		if (!res && have == sizeof(buf) - 1) {
-			/* A line longer than the buffer (a long path): its
-			 * head holds the addresses; drop the rest. */
-			buf[have] = '\0';
-			res = maps_line(buf, &next, last, write, bad, why);
-			skipping = 1;
-			have = 0;
-		}
-	}
-	close(fd);
-	return res > 0 ? 0 : EFAULT;
 }
 
 int mrmgr__odp_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,

@@ -99,13 +99,17 @@ void mrmgr__odp_get_hint(struct mrmgr_region *r, void *addr, size_t length,
 			 unsigned int access);
 
 /*
- * Whether [start, last] is mapped, readable, and writable when write is
- * set, per /proc/self/maps. 0, or EFAULT with *bad the first offending
- * address and *why "not mapped" or "read-only"/"not readable". Reads the
- * file only up to the range; allocates nothing.
+ * odp_maps.c: whether [start, last] is mapped, readable, and writable when
+ * write is set, per /proc/self/maps (the PROCMAP_QUERY ioctl where the
+ * kernel has it, else the text). 0, EFAULT with *bad the first offending
+ * address and *why "not mapped", "not readable" or "read-only", or
+ * another errno when it cannot tell. Allocates nothing.
  */
 int mrmgr__odp_check_mapping(uint64_t start, uint64_t last, int write,
 			     uint64_t *bad, const char **why);
+/* The same from the text only (the fallback; exposed for tests). */
+int mrmgr__odp_check_mapping_text(uint64_t start, uint64_t last, int write,
+				  uint64_t *bad, const char **why);
 
 /* Fill the ODP part of the statistics. */
 void mrmgr__odp_stats(struct mrmgr_cache *c, struct mrmgr_stats *s);

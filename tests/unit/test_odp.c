@@ -933,3 +933,48 @@ Test(odp, implicit_mode_under_threads_and_invalidation)
 	fx_close(&f);
 	munmap(s.buf, s.len);
 }
+
+/* ------------------------------------------------------------ maps */
+
+#include "odp.h"
+
+/* Both ways of reading protections agree, on every kind of range. */
+Test(odp, the_mapping_check_agrees_with_the_maps_text)
+{
+	char *p = map_rw(8 * PG, 0);
+	uint64_t b1, b2;
+	const char *w1, *w2;
+	struct {
+		size_t off, len;
+		int write, want;
+		const char *why;
+	} cases[] = {
+		{ 0, 8 * PG, 1, EFAULT, "read-only" },   /* page 2 is read-only */
+		{ 0, 2 * PG, 1, 0, NULL },
+		{ 0, 3 * PG, 0, 0, NULL },               /* reading it is fine */
+		{ 0, 5 * PG, 0, EFAULT, "not readable" }, /* page 4 PROT_NONE */
+		{ 5 * PG, 3 * PG, 1, EFAULT, "not mapped" }, /* page 6 unmapped */
+		{ 7 * PG, PG, 1, 0, NULL },
+		{ 3 * PG, PG, 1, 0, NULL },
+	};
+
+	cr_assert_eq(mprotect(p + 2 * PG, PG, PROT_READ), 0);
+	cr_assert_eq(mprotect(p + 4 * PG, PG, PROT_NONE), 0);
+	cr_assert_eq(munmap(p + 6 * PG, PG), 0);
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		uint64_t s = (uintptr_t)p + cases[k].off;
+		uint64_t l = s + cases[k].len - 1;
+		int r1 = mrmgr__odp_check_mapping(s, l, cases[k].write, &b1, &w1);
+		int r2 = mrmgr__odp_check_mapping_text(s, l, cases[k].write, &b2, &w2);
+
+		cr_assert_eq(r1, cases[k].want, "case %zu", k);
+		cr_assert_eq(r2, cases[k].want, "case %zu (text)", k);
+		if (cases[k].want) {
+			cr_assert_str_eq(w1, cases[k].why, "case %zu", k);
+			cr_assert_str_eq(w2, cases[k].why, "case %zu", k);
+			cr_assert_eq(b1, b2, "case %zu", k);
+		}
+	}
+	munmap(p, 6 * PG);
+	munmap(p + 7 * PG, PG);
+}
