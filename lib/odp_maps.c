@@ -19,13 +19,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "odp.h"
+#include "procfs.h"
 
 /*
  * The PROCMAP_QUERY interface (linux/fs.h, Linux 6.11), declared here
@@ -54,31 +54,9 @@ struct mrmgr__procmap_query {
 #define MRMGR__PROCMAP_READABLE 0x01
 #define MRMGR__PROCMAP_WRITABLE 0x02
 
-/*
- * One /proc/self/maps descriptor per process for the ioctl. The file is
- * bound to the opener's mm, so a fork child opens its own (pid check).
- */
-static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
-static int maps_fd = -1;
-static pid_t maps_pid;
+/* One /proc/self/maps descriptor per process for the ioctl. */
+static struct mrmgr__proc_file maps = MRMGR__PROC_FILE("/proc/self/maps");
 static int query_unavailable;
-
-static int query_fd(void)
-{
-	pid_t pid = getpid();
-	int fd;
-
-	pthread_mutex_lock(&maps_lock);
-	if (maps_fd < 0 || maps_pid != pid) {
-		if (maps_fd >= 0)
-			close(maps_fd);
-		maps_fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-		maps_pid = pid;
-	}
-	fd = maps_fd;
-	pthread_mutex_unlock(&maps_lock);
-	return fd;
-}
 
 /*
  * The ioctl walk. 0 or EFAULT (as mrmgr__odp_check_mapping()), ENOTTY
@@ -87,7 +65,7 @@ static int query_fd(void)
 static int check_by_query(uint64_t start, uint64_t last, int write,
 			  uint64_t *bad, const char **why)
 {
-	int fd = query_fd();
+	int fd = mrmgr__proc_file_fd(&maps);
 	uint64_t next = start;
 
 	if (fd < 0)

@@ -21,6 +21,7 @@
 
 #include "compiler.h"
 #include "log.h"
+#include "procfs.h"
 #include "sim/sim_internal.h"
 
 #define PAGE MRMGR__SIM_PAGE_SIZE
@@ -37,31 +38,16 @@
 #define SIM_PIPE_DEF_PAGES 16u
 
 /*
- * One /proc/self/pagemap descriptor per process, read with pread() from
- * any thread. The file is bound to the mm of the process that opened it,
- * so a fork child must open its own: the pid is checked on every use.
- * Whether PFNs are shown is decided by the opener's credentials
- * (CAP_SYS_ADMIN), which is why availability is probed on this same fd.
+ * One /proc/self/pagemap descriptor per process (reopened after fork),
+ * read with pread() from any thread. Whether PFNs are shown is decided by
+ * the opener's credentials (CAP_SYS_ADMIN), which is why availability is
+ * probed on this same fd.
  */
-static pthread_mutex_t pm_lock = PTHREAD_MUTEX_INITIALIZER;
-static int pm_fd = -1;
-static pid_t pm_pid;
+static struct mrmgr__proc_file pagemap = MRMGR__PROC_FILE("/proc/self/pagemap");
 
 static int pagemap_fd(void)
 {
-	pid_t pid = getpid();
-	int fd;
-
-	pthread_mutex_lock(&pm_lock);
-	if (pm_fd < 0 || pm_pid != pid) {
-		if (pm_fd >= 0)
-			close(pm_fd);
-		pm_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-		pm_pid = pid;
-	}
-	fd = pm_fd;
-	pthread_mutex_unlock(&pm_lock);
-	return fd;
+	return mrmgr__proc_file_fd(&pagemap);
 }
 
 int mrmgr__sim_pagemap_read(uint64_t va, size_t n, uint64_t *out)

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -977,4 +978,35 @@ Test(odp, the_mapping_check_agrees_with_the_maps_text)
 	}
 	munmap(p, 6 * PG);
 	munmap(p + 7 * PG, PG);
+}
+
+/* A fork child must ask about its own mappings, not its parent's. */
+Test(odp, the_mapping_check_follows_fork)
+{
+	uint64_t bad;
+	const char *why;
+	char *p = map_rw(PG, 0);
+	int status;
+	pid_t pid;
+
+	/* Open the parent's descriptor first. */
+	cr_assert_eq(mrmgr__odp_check_mapping((uintptr_t)p, (uintptr_t)p + PG - 1,
+					      1, &bad, &why), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		char *q = mmap(NULL, PG, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		int ok = q != MAP_FAILED &&
+			 mrmgr__odp_check_mapping((uintptr_t)q, (uintptr_t)q + PG - 1,
+						  1, &bad, &why) == 0 &&
+			 munmap(p, PG) == 0 &&
+			 mrmgr__odp_check_mapping((uintptr_t)p, (uintptr_t)p + PG - 1,
+						  0, &bad, &why) == EFAULT;
+		_exit(ok ? 0 : 1);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "the child saw its parent's mappings");
+	munmap(p, PG);
 }
