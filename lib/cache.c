@@ -398,7 +398,8 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 
 	if (cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE)) {
 		/* ODP regions pin nothing: max_bytes does not bound them. */
-		uint64_t limit = c->odp.reg_access ? UINT64_MAX : c->cfg.max_bytes;
+		uint64_t limit = c->odp.mode != MRMGR_ODP_OFF ? UINT64_MAX
+							 : c->cfg.max_bytes;
 
 		if (c->caps.max_mr_size && c->caps.max_mr_size < limit)
 			limit = c->caps.max_mr_size;

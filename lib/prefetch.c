@@ -250,8 +250,7 @@ struct held {
 	size_t n, cap;
 };
 
-static int hold(struct mrmgr_cache *c, struct held *h, struct mrmgr_region *r,
-		unsigned int slot)
+static int hold(struct held *h, struct mrmgr_region *r, unsigned int slot)
 {
 	if (h->n && h->v[h->n - 1] == r)
 		return 0;
@@ -267,7 +266,6 @@ static int hold(struct mrmgr_cache *c, struct held *h, struct mrmgr_region *r,
 	/* Under the lock a region in the tree is live: the reference
 	 * keeps it registered until our put, whatever happens meanwhile. */
 	__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
-	(void)c;
 	h->v[h->n++] = r;
 	return 0;
 }
@@ -301,7 +299,7 @@ static int collect_explicit(struct mrmgr_cache *c,
 
 			if (r->kind == MRMGR__REGION_PINNED || a > e)
 				continue;
-			ret = hold(c, h, r, slot);
+			ret = hold(h, r, slot);
 			if (!ret)
 				ret = mrmgr__sge_push(l, a, e - a + 1, r->mr->lkey);
 			if (!(r->access & IBV_ACCESS_LOCAL_WRITE))
