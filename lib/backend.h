@@ -19,6 +19,9 @@ struct mrmgr__dev_caps {
 	uint32_t max_mr;         /* most MRs the device holds */
 	uint32_t max_sge;        /* for advise batches */
 	uint64_t page_size_cap;  /* bitmask of supported page sizes */
+	/* ibv_query_device_ex() odp_caps; all 0 on a device without ODP. */
+	uint64_t odp_general;    /* IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_IMPLICIT */
+	uint32_t odp_rc, odp_uc, odp_ud, odp_xrc; /* IBV_ODP_SUPPORT_SEND... */
 };
 
 struct mrmgr__backend {

@@ -141,21 +141,25 @@ static struct mrmgr_region *region_alloc(struct mrmgr_cache *c)
 static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	uint64_t len = mrmgr__region_len(r);
-	int ret = c->be->dereg_mr(r->mr);
+	/* A view borrows the implicit MR, which lives as long as the cache. */
+	int ret = r->kind == MRMGR__REGION_VIEW ? 0 : c->be->dereg_mr(r->mr);
 
 	if (ret)
 		mrmgr__err("deregistering [%#llx, +%llu) failed: %s; the MR is "
 			   "abandoned",
 			   (unsigned long long)mrmgr__region_start(r),
 			   (unsigned long long)len, strerror(ret));
-	else
+	else if (r->kind != MRMGR__REGION_VIEW)
 		c->st.deregistrations++;
 	mrmgr__dbg("dereg [%#llx, +%llu)",
 		   (unsigned long long)mrmgr__region_start(r),
 		   (unsigned long long)len);
 	r->mr = NULL;
 	c->nregions--;
-	c->pinned_bytes -= len;
+	if (r->kind == MRMGR__REGION_PINNED)
+		c->pinned_bytes -= len;
+	else
+		mrmgr__odp_region_gone(c, r);
 	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
 	r->free_next = c->free_list;
 	c->free_list = r;
@@ -371,7 +375,7 @@ static int do_reg(struct mrmgr_cache *c, uint64_t start, uint64_t len,
 		  unsigned int access, struct ibv_mr **mr)
 {
 	int ret = c->be->reg_mr(c->pd, (void *)(uintptr_t)start, len,
-				(int)access, mr);
+				(int)(access | c->odp.reg_access), mr);
 
 	if (!ret) {
 		c->st.registrations++;
@@ -392,18 +396,30 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	unsigned int racc = access;
 	int cacheable = !(c->cfg.flags & MRMGR_CACHE_DISABLE);
 	int merged = 0;
+	int kind = MRMGR__REGION_PINNED;
 	struct ibv_mr *mr = NULL;
 	struct mrmgr_region *r;
 	int ret;
 
 	if (cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE)) {
-		uint64_t limit = c->cfg.max_bytes;
+		/* ODP regions pin nothing: max_bytes does not bound them. */
+		uint64_t limit = c->odp.mode != MRMGR_ODP_OFF ? UINT64_MAX
+							 : c->cfg.max_bytes;
 
 		if (c->caps.max_mr_size && c->caps.max_mr_size < limit)
 			limit = c->caps.max_mr_size;
 		merged = merge_span(c, &rs, &rl, &racc, limit);
 	}
-	if (cacheable && !make_room(c, rl - rs + 1)) {
+	if (c->odp.mode != MRMGR_ODP_OFF) {
+		ret = mrmgr__odp_miss(c, start, last, access, &rs, &rl, &racc,
+				      &merged, &kind);
+		if (ret) {
+			c->st.reg_failures++;
+			return ret;
+		}
+	}
+	if (cacheable &&
+	    !make_room(c, kind == MRMGR__REGION_PINNED ? rl - rs + 1 : 0)) {
 		cacheable = 0;
 		rs = start;
 		rl = last;
@@ -411,6 +427,11 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		merged = 0;
 	}
 
+	if (kind == MRMGR__REGION_VIEW) {
+		/* The implicit MR already covers it: no registration at all. */
+		mr = c->odp.implicit_mr;
+		goto have_mr;
+	}
 	ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
 	if (ret == ENOMEM || ret == EAGAIN) {
 		c->st.evict_retries++;
@@ -439,14 +460,18 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		return ret;
 	}
 
+have_mr:
 	r = region_alloc(c);
 	if (!r) {
-		c->be->dereg_mr(mr);
-		c->st.deregistrations++;
+		if (kind != MRMGR__REGION_VIEW) {
+			c->be->dereg_mr(mr);
+			c->st.deregistrations++;
+		}
 		mrmgr__err("out of memory for a region");
 		return ENOMEM;
 	}
 	r->mr = mr;
+	r->kind = kind;
 	r->gen = ++c->next_gen;
 	/* A stale reader may still look at a recycled region. */
 	MRMGR__WRITE_ONCE(r->node.start, rs);
@@ -454,9 +479,13 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	MRMGR__WRITE_ONCE(r->access, racc);
 	__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
 	c->nregions++;
-	c->pinned_bytes += rl - rs + 1;
-	if (c->pinned_bytes > c->st.peak_pinned_bytes)
-		c->st.peak_pinned_bytes = c->pinned_bytes;
+	if (kind == MRMGR__REGION_PINNED) {
+		c->pinned_bytes += rl - rs + 1;
+		if (c->pinned_bytes > c->st.peak_pinned_bytes)
+			c->st.peak_pinned_bytes = c->pinned_bytes;
+	} else {
+		mrmgr__odp_region_added(c, r);
+	}
 
 	if (!cacheable) {
 		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
@@ -516,8 +545,9 @@ static int check_access(unsigned int access)
 	return 0;
 }
 
-MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *c, void *addr, size_t length,
-			   unsigned int access, mrmgr_region_t **region)
+/* The body of mrmgr_get() and mrmgr_get_ex(). */
+static int get(struct mrmgr_cache *c, void *addr, size_t length,
+	       unsigned int access, struct mrmgr_region **region)
 {
 	uint64_t start, last;
 	unsigned int slot;
@@ -561,6 +591,35 @@ MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *c, void *addr, size_t length,
 	pthread_mutex_unlock(&c->lock);
 	if (!ret)
 		*region = r;
+	return ret;
+}
+
+MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *c, void *addr, size_t length,
+			   unsigned int access, mrmgr_region_t **region)
+{
+	int ret = get(c, addr, length, access, region);
+
+	/* c->flags is on the line the hit just read. */
+	if (mrmgr__unlikely(!ret && (c->flags & MRMGR__CACHE_AUTO_PREFETCH)))
+		mrmgr__odp_get_hint(*region, addr, length, access);
+	return ret;
+}
+
+MRMGR_EXPORT int mrmgr_get_ex(mrmgr_cache_t *c, void *addr, size_t length,
+			      unsigned int access, uint64_t flags,
+			      mrmgr_region_t **region)
+{
+	const uint64_t known = MRMGR_GET_PREFETCH | MRMGR_GET_NO_PREFETCH;
+	int ret;
+
+	if ((flags & ~known) || (flags & known) == known) {
+		mrmgr__err("mrmgr_get_ex: bad flags %#llx",
+			   (unsigned long long)flags);
+		return EINVAL;
+	}
+	ret = get(c, addr, length, access, region);
+	if (!ret && mrmgr__odp_want_hint(c->flags, flags))
+		mrmgr__odp_get_hint(*region, addr, length, access);
 	return ret;
 }
 
@@ -670,6 +729,13 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 	c->lru.prev = c->lru.next = &c->lru;
 	mrmgr__itree_init(&c->tree);
 	pthread_mutex_init(&c->lock, NULL);
+	ret = mrmgr__odp_init(c);
+	if (ret) {
+		pthread_mutex_destroy(&c->lock);
+		free(c->slots);
+		free(c);
+		return ret;
+	}
 	mrmgr__info("cache on %s (%s backend): at most %llu regions, %llu "
 		    "bytes; merge %s, caching %s",
 		    caps.name, be->name, (unsigned long long)cfg.max_regions,
@@ -714,6 +780,7 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
 		tree_remove(c, r);
 		region_release(c, r);
 	}
+	mrmgr__odp_fini(c);
 	pthread_mutex_unlock(&c->lock);
 	for (size_t i = 0; i < c->nall; i++)
 		free(c->all[i]);

@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "compiler.h"
 #include "itree.h"
+#include "odp.h"
 #include "region.h"
 
 /* Per-slot counters written by the hit path. */
@@ -29,6 +30,7 @@ struct mrmgr__cache_config {
 	uint64_t max_regions;
 	uint64_t max_bytes;
 	uint64_t flags; /* enum mrmgr_cache_flags */
+	uint32_t odp_mode, odp_flags, odp_transports, odp_ops; /* odp.c */
 };
 
 struct mrmgr_cache {
@@ -55,6 +57,7 @@ struct mrmgr_cache {
 	uint64_t pinned_bytes;
 	uint64_t next_gen;
 	struct mrmgr_stats st;           /* slow-path counters */
+	struct mrmgr__odp odp;           /* ODP mode, implicit MR (odp.c) */
 
 	struct mrmgr__slot_stats *slots; /* nstripes of them */
 };

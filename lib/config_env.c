@@ -19,7 +19,7 @@
 
 #define KNOWN_ATTR_MASK                                                   \
 	(MRMGR_CACHE_ATTR_MAX_REGIONS | MRMGR_CACHE_ATTR_MAX_BYTES |       \
-	 MRMGR_CACHE_ATTR_FLAGS)
+	 MRMGR_CACHE_ATTR_FLAGS | MRMGR_CACHE_ATTR_ODP)
 #define KNOWN_FLAGS (MRMGR_CACHE_NO_MERGE | MRMGR_CACHE_DISABLE)
 #define DEFAULT_MAX_REGIONS_CAP (1u << 20)
 
@@ -87,6 +87,52 @@ static int env_bool(const char *name, int *out)
 	return 0;
 }
 
+/* MRMGR_ODP: off, explicit, implicit or auto. */
+static int env_odp_mode(uint32_t *out)
+{
+	static const char *const names[] = { "off", "explicit", "implicit",
+					     "auto" };
+	const char *s = getenv("MRMGR_ODP");
+
+	if (!s)
+		return 0;
+	for (uint32_t i = 0; i < 4; i++) {
+		if (!strcasecmp(s, names[i])) {
+			*out = i;
+			return 1;
+		}
+	}
+	mrmgr__warn("ignoring MRMGR_ODP=\"%s\": expected off, explicit, "
+		    "implicit or auto", s);
+	return 0;
+}
+
+/* The ODP fields of the attributes: reject what this library does not know. */
+static int odp_attr(struct mrmgr__cache_config *cfg,
+		    const struct mrmgr_cache_attr *attr)
+{
+	const uint32_t known_flags = MRMGR_ODP_STRICT | MRMGR_ODP_AUTO_PREFETCH;
+	const uint32_t known_tr = MRMGR_ODP_TRANSPORT_RC | MRMGR_ODP_TRANSPORT_UC |
+				  MRMGR_ODP_TRANSPORT_UD | MRMGR_ODP_TRANSPORT_XRC;
+	const uint32_t known_ops = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+				   IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+				   IBV_ODP_SUPPORT_ATOMIC |
+				   IBV_ODP_SUPPORT_SRQ_RECV;
+
+	if (attr->odp_mode > MRMGR_ODP_AUTO || (attr->odp_flags & ~known_flags) ||
+	    (attr->odp_transports & ~known_tr) || (attr->odp_ops & ~known_ops)) {
+		mrmgr__err("cache attr: bad ODP settings (mode %u, flags %#x, "
+			   "transports %#x, ops %#x)", attr->odp_mode,
+			   attr->odp_flags, attr->odp_transports, attr->odp_ops);
+		return EINVAL;
+	}
+	cfg->odp_mode = attr->odp_mode;
+	cfg->odp_flags = attr->odp_flags;
+	cfg->odp_transports = attr->odp_transports;
+	cfg->odp_ops = attr->odp_ops;
+	return 0;
+}
+
 static uint64_t default_max_bytes(const struct mrmgr__dev_caps *caps)
 {
 	struct rlimit rl;
@@ -132,6 +178,9 @@ int mrmgr__cache_config_resolve(struct mrmgr__cache_config *cfg,
 			}
 			cfg->flags = attr->flags;
 		}
+		if ((attr->comp_mask & MRMGR_CACHE_ATTR_ODP) &&
+		    odp_attr(cfg, attr))
+			return EINVAL;
 	}
 
 	if (env_size("MRMGR_MAX_REGIONS", &v))
@@ -144,6 +193,14 @@ int mrmgr__cache_config_resolve(struct mrmgr__cache_config *cfg,
 	if (env_bool("MRMGR_CACHE", &b))
 		cfg->flags = b ? cfg->flags & ~(uint64_t)MRMGR_CACHE_DISABLE
 			       : cfg->flags | MRMGR_CACHE_DISABLE;
+	env_odp_mode(&cfg->odp_mode);
+	if (env_bool("MRMGR_ODP_STRICT", &b))
+		cfg->odp_flags = b ? cfg->odp_flags | MRMGR_ODP_STRICT
+				   : cfg->odp_flags & ~(uint32_t)MRMGR_ODP_STRICT;
+	if (env_bool("MRMGR_ODP_PREFETCH", &b))
+		cfg->odp_flags = b ? cfg->odp_flags | MRMGR_ODP_AUTO_PREFETCH
+				   : cfg->odp_flags &
+					     ~(uint32_t)MRMGR_ODP_AUTO_PREFETCH;
 
 	if (!cfg->max_regions) {
 		cfg->max_regions = caps->max_mr ? caps->max_mr

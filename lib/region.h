@@ -37,6 +37,14 @@ enum mrmgr__region_state {
 	MRMGR__REGION_FREE,
 };
 
+/* What backs a region; set once when it is made. */
+enum mrmgr__region_kind {
+	MRMGR__REGION_PINNED = 0, /* its own pinned MR */
+	MRMGR__REGION_ODP,        /* its own explicit ODP MR: nothing pinned */
+	MRMGR__REGION_VIEW,       /* a range of the cache's implicit ODP MR:
+				   * no MR of its own, never deregistered */
+};
+
 /* One thread slot's share of a region: its own cache line. */
 struct mrmgr__ref_stripe {
 	_Alignas(MRMGR__CACHELINE) int64_t refs; /* may go negative: puts
@@ -55,6 +63,7 @@ struct mrmgr_region {
 	struct ibv_mr *mr;
 	unsigned int access;
 	int state;                     /* enum mrmgr__region_state, atomic */
+	int kind;                      /* enum mrmgr__region_kind */
 	uint64_t gen;                  /* cache-wide registration number */
 	struct mrmgr__lru_link lru;    /* cache lock; only LIVE regions */
 	struct mrmgr_region *free_next;

@@ -30,6 +30,7 @@ MRMGR_EXPORT int mrmgr_cache_query_stats(mrmgr_cache_t *c,
 	s.max_regions = c->cfg.max_regions;
 	s.max_bytes = c->cfg.max_bytes;
 	pthread_mutex_unlock(&c->lock);
+	mrmgr__odp_stats(c, &s);
 	for (unsigned int i = 0; i < c->nstripes; i++)
 		s.hits += MRMGR__READ_ONCE(c->slots[i].hits);
 

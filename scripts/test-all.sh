@@ -29,6 +29,8 @@ make -s distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror >/dev/null
 step "examples"
 ./examples/basic_cache
 ./examples/demo --messages 5000 >/dev/null
+./examples/odp_prefetch >/dev/null
+./examples/odp_prefetch --rxe >/dev/null
 if [ "${MRMGR_SKIP_RXE:-0}" = 1 ]; then
 	step "real-verbs tier skipped (MRMGR_SKIP_RXE=1)"
 else

@@ -73,6 +73,11 @@ enum mrmgr_cache_attr_mask {
 	MRMGR_CACHE_ATTR_MAX_BYTES = 1u << 1,
 	/** mrmgr_cache_attr::flags is set. */
 	MRMGR_CACHE_ATTR_FLAGS = 1u << 2,
+	/**
+	 * mrmgr_cache_attr::odp_mode, @c odp_flags, @c odp_transports and
+	 * @c odp_ops are set (on-demand paging, see enum mrmgr_odp_mode).
+	 */
+	MRMGR_CACHE_ATTR_ODP = 1u << 3,
 };
 
 /** Policy bits for mrmgr_cache_attr::flags. */
@@ -110,6 +115,25 @@ struct mrmgr_cache_attr {
 	uint64_t max_bytes;
 	/** Bits of enum mrmgr_cache_flags. */
 	uint64_t flags;
+	/**
+	 * enum mrmgr_odp_mode the cache should use (default ::MRMGR_ODP_OFF).
+	 * What it got, and why, is reported by mrmgr_cache_query_odp().
+	 */
+	uint32_t odp_mode;
+	/** Bits of enum mrmgr_odp_flags. */
+	uint32_t odp_flags;
+	/**
+	 * Bits of enum mrmgr_odp_transport: the QP types ODP memory of this
+	 * cache will be used with. 0 means ::MRMGR_ODP_TRANSPORT_RC.
+	 */
+	uint32_t odp_transports;
+	/**
+	 * @c IBV_ODP_SUPPORT_SEND, @c _RECV, @c _WRITE, @c _READ, @c _ATOMIC,
+	 * @c _SRQ_RECV bits (enum ibv_odp_transport_cap_bits) each of those
+	 * transports must support on ODP memory. 0 means SEND | RECV | WRITE |
+	 * READ.
+	 */
+	uint32_t odp_ops;
 };
 
 /**
@@ -165,6 +189,33 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *cache);
  */
 MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *cache, void *addr, size_t length,
 			   unsigned int access, mrmgr_region_t **region);
+
+/** Bits of mrmgr_get_ex()'s @c flags. */
+enum mrmgr_get_flags {
+	/**
+	 * When the region is an ODP region (see enum mrmgr_odp_mode), issue
+	 * an asynchronous prefetch hint (@c IBV_ADVISE_MR_ADVICE_PREFETCH, or
+	 * @c _PREFETCH_WRITE when @c access has a write bit) for the
+	 * requested range, so the first RDMA access does not page-fault. The
+	 * hint costs one system call; its failure does not fail the get (it
+	 * is counted and logged). Ignored for pinned regions.
+	 */
+	MRMGR_GET_PREFETCH = 1u << 0,
+	/** No hint, even when the cache's ::MRMGR_ODP_AUTO_PREFETCH asks for one. */
+	MRMGR_GET_NO_PREFETCH = 1u << 1,
+};
+
+/**
+ * mrmgr_get() with per-call @p flags (bits of enum mrmgr_get_flags).
+ * mrmgr_get() is mrmgr_get_ex() with @p flags 0, which follows the cache's
+ * ::MRMGR_ODP_AUTO_PREFETCH policy.
+ *
+ * @return as mrmgr_get(); @c EINVAL also for unknown @p flags bits or
+ *         both ::MRMGR_GET_PREFETCH and ::MRMGR_GET_NO_PREFETCH.
+ */
+MRMGR_EXPORT int mrmgr_get_ex(mrmgr_cache_t *cache, void *addr, size_t length,
+			      unsigned int access, uint64_t flags,
+			      mrmgr_region_t **region);
 
 /**
  * Drop a reference taken by mrmgr_get(). The region stays cached for later
@@ -222,6 +273,15 @@ struct mrmgr_stats {
 	uint64_t pages_registered;  /**< pages passed to registration, in total */
 	uint64_t max_regions;     /**< the region limit in force */
 	uint64_t max_bytes;       /**< the byte limit in force */
+	/* Added with on-demand paging. */
+	uint64_t prefetch_calls;    /**< prefetch requests: mrmgr_prefetch(), mrmgr_region_prefetch(), automatic hints */
+	uint64_t prefetch_sges;     /**< SGEs in ibv_advise_mr() calls the device accepted */
+	uint64_t prefetch_batches;  /**< ibv_advise_mr() calls issued (EAGAIN retries not counted) */
+	uint64_t prefetch_noops;    /**< requests that did nothing and succeeded: no ODP memory in range, or the device lacks the advice */
+	uint64_t prefetch_failures; /**< requests that failed (the error was returned or, for hints, logged) */
+	uint64_t prefetch_retries;  /**< ibv_advise_mr() calls repeated after @c EAGAIN */
+	uint64_t odp_bytes;         /**< bytes of explicit ODP regions now registered (not in pinned_bytes, not held against max_bytes) */
+	uint64_t implicit_views;    /**< implicit-mode regions made without a registration, in total */
 };
 
 /**
@@ -235,6 +295,203 @@ struct mrmgr_stats {
 MRMGR_EXPORT int mrmgr_cache_query_stats(mrmgr_cache_t *cache,
 					 struct mrmgr_stats *stats,
 					 size_t size);
+
+/**
+ * @name On-demand paging (ODP)
+ *
+ * An ODP memory region is not pinned: the HCA faults pages in when it
+ * first touches them and the kernel keeps its translations in step with
+ * the process's page tables, so an ODP registration is never stale and
+ * costs no memlock. The price is a page fault on the HCA's first access,
+ * which prefetch hints (mrmgr_prefetch()) avoid. See doc/odp.md.
+ *
+ * Rules a user must know:
+ *  - ODP needs device support (ibv_query_device_ex() @c odp_caps); the
+ *    cache probes it at creation and falls back (or fails with
+ *    @c EOPNOTSUPP under ::MRMGR_ODP_STRICT); mrmgr_cache_query_odp()
+ *    says what it decided and why;
+ *  - in an ODP mode, a get asking for write access to memory that is not
+ *    mapped writable (or a range not mapped at all) fails with @c EFAULT
+ *    and a log line, because the device would only fail later, at fault
+ *    time, with the QP in error. The check reads /proc/self/maps on a
+ *    miss only, never on a hit;
+ *  - mrmgr_invalidate() is still needed: it drops regions whose memory is
+ *    gone, so protections are checked again on the next get;
+ *  - the implicit MR's rkey opens the whole address space to whoever
+ *    holds it (up to its access): hand it only to trusted peers, or use
+ *    ::MRMGR_ODP_EXPLICIT.
+ * @{
+ */
+
+/** ODP modes of a cache: mrmgr_cache_attr::odp_mode, @c MRMGR_ODP. */
+enum mrmgr_odp_mode {
+	/** Pinned registrations (no ODP). The default. */
+	MRMGR_ODP_OFF = 0,
+	/**
+	 * Each region is its own MR registered with @c IBV_ACCESS_ON_DEMAND:
+	 * nothing pinned, nothing counted against memlock or max_bytes;
+	 * regions are still merged, evicted and invalidated as pinned ones.
+	 */
+	MRMGR_ODP_EXPLICIT = 1,
+	/**
+	 * One implicit ODP MR per cache covers the whole address space
+	 * (ibv_reg_mr(pd, NULL, SIZE_MAX, ...|ON_DEMAND), registered at cache
+	 * creation). mrmgr_get() returns a lightweight region (a "view")
+	 * carrying that MR's keys for the requested range: no registration
+	 * at all. mrmgr_region_mr() of a view is the implicit MR (its addr is
+	 * NULL, its length SIZE_MAX); use mrmgr_region_addr()/_length() for
+	 * the view's range. A get asking for access the implicit MR lacks
+	 * (see mrmgr_odp_info::implicit_access) gets an explicit ODP region.
+	 */
+	MRMGR_ODP_IMPLICIT = 2,
+	/** Implicit where supported for the transports asked for, else
+	 *  explicit, else off. Never fails for lack of support. */
+	MRMGR_ODP_AUTO = 3,
+};
+
+/** Bits of mrmgr_cache_attr::odp_flags. */
+enum mrmgr_odp_flags {
+	/**
+	 * Fail mrmgr_cache_create() with @c EOPNOTSUPP when the device
+	 * cannot give the requested ::MRMGR_ODP_EXPLICIT or
+	 * ::MRMGR_ODP_IMPLICIT mode, instead of falling back to the next one
+	 * with a log line. No effect on ::MRMGR_ODP_AUTO.
+	 */
+	MRMGR_ODP_STRICT = 1u << 0,
+	/**
+	 * Cache policy: every mrmgr_get() of an ODP region issues the
+	 * asynchronous prefetch hint of ::MRMGR_GET_PREFETCH (one system call
+	 * per get, hits included; opt out per call with
+	 * ::MRMGR_GET_NO_PREFETCH).
+	 */
+	MRMGR_ODP_AUTO_PREFETCH = 1u << 1,
+};
+
+/** Bits of mrmgr_cache_attr::odp_transports. */
+enum mrmgr_odp_transport {
+	MRMGR_ODP_TRANSPORT_RC = 1u << 0,  /**< reliable connected */
+	MRMGR_ODP_TRANSPORT_UC = 1u << 1,  /**< unreliable connected */
+	MRMGR_ODP_TRANSPORT_UD = 1u << 2,  /**< unreliable datagram */
+	MRMGR_ODP_TRANSPORT_XRC = 1u << 3, /**< extended reliable connected */
+};
+
+/** Why a cache's ODP mode is what it is: mrmgr_odp_info::reason. */
+enum mrmgr_odp_reason {
+	/** The requested mode (for ::MRMGR_ODP_AUTO: implicit, the best). */
+	MRMGR_ODP_REASON_AS_REQUESTED = 0,
+	/** The device does not report @c IBV_ODP_SUPPORT. */
+	MRMGR_ODP_REASON_NO_ODP = 1,
+	/** A transport asked for lacks one of the operations asked for. */
+	MRMGR_ODP_REASON_TRANSPORT_CAPS = 2,
+	/** The device does not report @c IBV_ODP_SUPPORT_IMPLICIT. */
+	MRMGR_ODP_REASON_NO_IMPLICIT = 3,
+	/** The device refused the implicit registration. */
+	MRMGR_ODP_REASON_IMPLICIT_REG_FAILED = 4,
+};
+
+/**
+ * What a cache decided about ODP, and the capabilities it decided from.
+ * Fields are only ever added at the end; pass
+ * @c sizeof(struct mrmgr_odp_info) as you know it.
+ */
+struct mrmgr_odp_info {
+	uint32_t requested_mode;  /**< enum mrmgr_odp_mode asked for (attribute, then @c MRMGR_ODP) */
+	uint32_t mode;            /**< effective: ::MRMGR_ODP_OFF, ::MRMGR_ODP_EXPLICIT or ::MRMGR_ODP_IMPLICIT */
+	uint32_t reason;          /**< enum mrmgr_odp_reason */
+	uint32_t flags;           /**< effective enum mrmgr_odp_flags */
+	uint32_t transports;      /**< enum mrmgr_odp_transport bits checked */
+	uint32_t ops;             /**< @c IBV_ODP_SUPPORT_* operation bits checked */
+	uint64_t general_caps;    /**< device @c odp_caps.general_caps (@c IBV_ODP_SUPPORT, @c _IMPLICIT) */
+	uint32_t rc_caps;         /**< device @c odp_caps.per_transport_caps.rc_odp_caps */
+	uint32_t uc_caps;         /**< device @c uc_odp_caps */
+	uint32_t ud_caps;         /**< device @c ud_odp_caps */
+	uint32_t xrc_caps;        /**< device @c xrc_odp_caps */
+	uint32_t max_sge;         /**< most SGEs per ibv_advise_mr() call (device @c max_sge) */
+	uint32_t implicit_access; /**< @c ibv_access_flags of the implicit MR; 0 without one */
+	uint32_t implicit_lkey;   /**< the implicit MR's lkey (0 without one) */
+	uint32_t implicit_rkey;   /**< the implicit MR's rkey (0 without one) */
+	char reason_text[160];    /**< the decision in one line, as logged */
+};
+
+/**
+ * What the cache decided about ODP and why.
+ *
+ * @param cache  the cache.
+ * @param info   receives at most @p size bytes of struct mrmgr_odp_info.
+ * @param size   @c sizeof(struct mrmgr_odp_info) as the caller was built.
+ * @return 0, or @c EINVAL for NULL pointers or a size of 0.
+ */
+MRMGR_EXPORT int mrmgr_cache_query_odp(mrmgr_cache_t *cache,
+				       struct mrmgr_odp_info *info,
+				       size_t size);
+
+/** A byte range, for mrmgr_prefetch(). */
+struct mrmgr_range {
+	void *addr;    /**< start */
+	size_t length; /**< bytes, at least 1 */
+};
+
+/** Bits of the prefetch calls' @c flags. */
+enum mrmgr_prefetch_flags {
+	/** @c IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE: make pages present writable. */
+	MRMGR_PREFETCH_WRITE = 1u << 0,
+	/** @c IBV_ADVISE_MR_ADVICE_PREFETCH: present read-only. Without
+	 *  either bit the advice follows the regions' access: WRITE when
+	 *  every region involved has @c IBV_ACCESS_LOCAL_WRITE. */
+	MRMGR_PREFETCH_READ = 1u << 1,
+	/** @c IBV_ADVISE_MR_FLAG_FLUSH: return when the translations are in
+	 *  the device (synchronous); without it the hint is best effort. */
+	MRMGR_PREFETCH_SYNC = 1u << 2,
+};
+
+/**
+ * Hint the device to make the pages of @p ranges present in the cache's
+ * ODP regions before RDMA touches them (ibv_advise_mr()).
+ *
+ * The SGE list is built from the cached ODP regions (in implicit mode: the
+ * implicit MR, which covers every range); parts of a range no ODP region
+ * covers are skipped. The regions are referenced while the call runs, so
+ * a concurrent mrmgr_invalidate() cannot deregister them under it. SGEs go
+ * to the device in batches of at most its @c max_sge; @c EAGAIN is retried
+ * a few times.
+ *
+ * A prefetch never makes things worse: with no ODP memory in range (ODP
+ * off, pinned regions, nothing cached) or on a device without the advice
+ * (@c EOPNOTSUPP, @c ENOTSUP, @c ENOSYS: rxe, siw; learnt once per advice)
+ * it does nothing and returns 0, counted in mrmgr_stats::prefetch_noops.
+ *
+ * @param cache   the cache.
+ * @param ranges  @p n ranges (may be NULL when @p n is 0).
+ * @param n       number of ranges.
+ * @param flags   bits of enum mrmgr_prefetch_flags.
+ * @return 0; @c EINVAL for bad arguments (NULL cache, zero-length or
+ *         overflowing range, unknown flags, both READ and WRITE);
+ *         @c ENOMEM; or the device's error, with a log line: @c EFAULT
+ *         (range out of an MR's bounds or not mapped, bad lkey),
+ *         @c EINVAL (bad PD or flags), @c EPERM (WRITE on a region
+ *         without write access), @c ENOENT, @c ENOMEM, @c EAGAIN (after
+ *         the retries). Batches sent before an error stay sent.
+ */
+MRMGR_EXPORT int mrmgr_prefetch(mrmgr_cache_t *cache,
+				const struct mrmgr_range *ranges, size_t n,
+				unsigned int flags);
+
+/**
+ * mrmgr_prefetch() for a part of one region the caller holds.
+ *
+ * @param region  a region from mrmgr_get(), not yet put.
+ * @param addr    start of the part, or NULL with @p length 0 for the whole
+ *                region.
+ * @param length  bytes; the part must lie inside the region.
+ * @param flags   bits of enum mrmgr_prefetch_flags; without READ/WRITE
+ *                the advice follows the region's access.
+ * @return as mrmgr_prefetch(); 0 (a counted no-op) for a pinned region;
+ *         @c EINVAL for a part outside the region.
+ */
+MRMGR_EXPORT int mrmgr_region_prefetch(mrmgr_region_t *region, void *addr,
+				       size_t length, unsigned int flags);
+
+/** @} */
 
 /** The library's version, e.g. "1.0.0". */
 MRMGR_EXPORT const char *mrmgr_version_string(void);

@@ -35,7 +35,14 @@
  *    (/proc/self/pagemap) and held, and mrmgr_sim_write()/mrmgr_sim_read()
  *    report a stale access (@c ESTALE) when the pages now mapped at an
  *    address are not the registered ones, the silent corruption a real HCA
- *    would cause.
+ *    would cause;
+ *  - on-demand paging (mlx5 personality): explicit and implicit ODP MRs
+ *    (@c IBV_ACCESS_ON_DEMAND) pin nothing and count no memlock; a
+ *    simulated access counts a page fault (with a configurable cost) for
+ *    every page the device does not have present yet, and always goes to
+ *    the pages mapped now (ODP is never stale); mrmgr_sim_advise_mr()
+ *    makes pages present like ibv_advise_mr(). The rxe personality
+ *    refuses ODP (@c EINVAL) and advice (@c EOPNOTSUPP), as rdma_rxe does.
  *
  * All calls are thread-safe.
  */
@@ -64,6 +71,7 @@ enum mrmgr_sim_attr_mask {
 	MRMGR_SIM_ATTR_COST = 1u << 2,        /**< the *_ns cost fields are set */
 	MRMGR_SIM_ATTR_FLAGS = 1u << 3,       /**< flags is set */
 	MRMGR_SIM_ATTR_LIMITS = 1u << 4,      /**< max_mr and max_mr_size are set */
+	MRMGR_SIM_ATTR_ODP_COST = 1u << 5,    /**< odp_fault_ns and odp_prefetch_ns_per_page are set */
 };
 
 /** Bits of mrmgr_sim_attr::flags. */
@@ -81,6 +89,12 @@ enum mrmgr_sim_flags {
 	 * rdma_rxe hand out rkey == lkey, which hides that bug.
 	 */
 	MRMGR_SIM_FLAG_DISTINCT_RKEY = 1u << 1,
+	/**
+	 * mlx5 personality without @c IBV_ODP_SUPPORT_IMPLICIT (explicit ODP
+	 * only, like devices whose firmware lacks the null mkey): implicit
+	 * registrations fail with @c EINVAL.
+	 */
+	MRMGR_SIM_FLAG_NO_IMPLICIT_ODP = 1u << 2,
 };
 
 /** Attributes of a simulated device. Zero-initialise; set comp_mask bits. */
@@ -97,6 +111,18 @@ struct mrmgr_sim_attr {
 	uint64_t dereg_ns_per_page; /**< plus this per page */
 	uint32_t max_mr;            /**< device limit on live MRs (default 1<<24) */
 	uint64_t max_mr_size;       /**< device limit on one MR (default 1<<40) */
+	/**
+	 * Cost of one ODP page fault: busy-waited by the simulated access
+	 * that finds a page not present in the device (default 0).
+	 */
+	uint64_t odp_fault_ns;
+	/**
+	 * Cost per page a synchronous prefetch (@c IBV_ADVISE_MR_FLAG_FLUSH)
+	 * makes present, busy-waited by mrmgr_sim_advise_mr(). An
+	 * asynchronous prefetch does the same work but charges nothing to the
+	 * caller: a real device does it in a kernel worker (default 0).
+	 */
+	uint64_t odp_prefetch_ns_per_page;
 };
 
 /**
@@ -123,6 +149,13 @@ MRMGR_EXPORT int mrmgr_sim_dealloc_pd(struct ibv_pd *pd);
  * access bits, zero length, overflow or a length over max_mr_size;
  * @c EFAULT for unmapped memory or write access to read-only memory;
  * @c ENOMEM over the memlock budget or max_mr.
+ *
+ * With @c IBV_ACCESS_ON_DEMAND (mlx5 personality only, else @c EINVAL)
+ * the MR is an ODP MR: nothing is pinned, populated or counted against
+ * the budget, and the range need not be mapped yet (as on mlx5, problems
+ * show at fault time). @p addr NULL with @p length @c SIZE_MAX registers
+ * an implicit ODP MR covering the whole address space (@c EINVAL under
+ * ::MRMGR_SIM_FLAG_NO_IMPLICIT_ODP). Registration costs only @c reg_ns.
  */
 MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
 				  size_t length, unsigned int access,
@@ -147,10 +180,53 @@ MRMGR_EXPORT int mrmgr_sim_write(struct ibv_pd *pd, uint32_t rkey,
 MRMGR_EXPORT int mrmgr_sim_read(struct ibv_pd *pd, uint32_t rkey,
 				uint64_t remote_addr, void *dst, size_t len);
 
+/*
+ * On an ODP MR, mrmgr_sim_write()/mrmgr_sim_read() go through the pages
+ * mapped now (never ESTALE) and count a fault (odp_faults, odp_fault_ns)
+ * for each page the device does not have present with the same physical
+ * page (or, for a write, present writable); a page that is not mapped or,
+ * for a write, not writable fails the access with EFAULT, the error a QP
+ * on real hardware would go into.
+ */
+
+/**
+ * ibv_advise_mr() on the simulated HCA, with the errno values of its man
+ * page:
+ *  - @c EOPNOTSUPP: the device has no advise (rxe personality);
+ *  - @c ENOTSUP: unknown @p advice (equal to @c EOPNOTSUPP on Linux);
+ *  - @c EINVAL: @p pd is not a live simulated PD, unknown @p flags bits,
+ *    NULL @p sg_list, @p num_sge 0 or over the device's max_sge (30);
+ *  - @c EFAULT: an lkey that names no live MR or a non-ODP MR, an SGE out
+ *    of its MR's bounds, or (with @c IBV_ADVISE_MR_FLAG_FLUSH) memory not
+ *    mapped, or not writable for @c _PREFETCH_WRITE;
+ *  - @c EPERM: an MR of another PD, or @c _PREFETCH_WRITE on an MR without
+ *    @c IBV_ACCESS_LOCAL_WRITE;
+ *  - @c ENOENT: an lkey whose index names a live MR but whose key byte is
+ *    not that MR's (inconsistent with the MR);
+ *  - @c ENOMEM and anything else: by fault injection (::MRMGR_SIM_OP_ADVISE).
+ *
+ * @c PREFETCH and @c PREFETCH_WRITE fault the pages in and make them
+ * present in the device (read-only, resp. writable); @c PREFETCH_NO_FAULT
+ * makes present only pages the CPU already has. With
+ * @c IBV_ADVISE_MR_FLAG_FLUSH page-in failures are @c EFAULT and the
+ * caller pays odp_prefetch_ns_per_page per page; without it failures are
+ * ignored (best effort) and the caller pays nothing.
+ */
+MRMGR_EXPORT int mrmgr_sim_advise_mr(struct ibv_pd *pd,
+				     enum ibv_advise_mr_advice advice,
+				     uint32_t flags, struct ibv_sge *sg_list,
+				     uint32_t num_sge);
+
 /** Operations fault injection can target. */
 enum mrmgr_sim_op {
 	MRMGR_SIM_OP_REG = 0,   /**< registration */
 	MRMGR_SIM_OP_DEREG = 1, /**< deregistration (the MR stays live) */
+	/**
+	 * mrmgr_sim_advise_mr(), after argument validation. The predicate
+	 * gets the first SGE's address, the SGEs' total length and the
+	 * advice (in place of @c access).
+	 */
+	MRMGR_SIM_OP_ADVISE = 2,
 };
 
 /** Predicate for fault injection: nonzero means "fail this one". */
@@ -195,6 +271,11 @@ struct mrmgr_sim_stats {
 	uint64_t stale_accesses;    /**< writes/reads that found other pages */
 	uint64_t unverified_pages;  /**< pages whose identity could not be held */
 	uint64_t live_pds;          /**< PDs allocated now */
+	/* Added with on-demand paging. */
+	uint64_t advise_calls;      /**< mrmgr_sim_advise_mr() calls on this device */
+	uint64_t advise_errors;     /**< of which failed */
+	uint64_t odp_faults;        /**< simulated ODP page faults */
+	uint64_t odp_prefetched_pages; /**< pages prefetches made present */
 };
 
 /**

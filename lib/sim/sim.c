@@ -23,8 +23,9 @@
  * Access bits every personality accepts: ibv_reg_mr()'s basic set, plus the
  * optional range, which rdma-core masks off when the kernel does not know a
  * bit instead of failing, so accepting (and ignoring) it is what a caller
- * sees on a real device. ZERO_BASED, ON_DEMAND and HUGETLB are refused with
- * EINVAL until the sim models them; ODP will be added to the mlx5 entry only.
+ * sees on a real device. ZERO_BASED and HUGETLB are refused with EINVAL
+ * until the sim models them; ON_DEMAND goes to sim_odp.c, where only the
+ * personalities with odp_general accept it.
  */
 #define SIM_ACCESS_BASE                                                     \
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |                 \
@@ -40,6 +41,16 @@ static const struct mrmgr__sim_personality personalities[] = {
 		.page_size_cap = ~(uint64_t)0xfff,
 		.access_ok = SIM_ACCESS_BASE,
 		.random_key = 0,
+		/* ConnectX-5 and later: ODP on RC and XRC, sends on UD. */
+		.odp_general = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT,
+		.odp_rc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+			  IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+			  IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV,
+		.odp_ud = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_SRQ_RECV,
+		.odp_xrc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE |
+			   IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+			   IBV_ODP_SUPPORT_SRQ_RECV,
+		.advise = 1,
 	},
 	[MRMGR_SIM_RXE] = {
 		.prefix = "sim_rxe",
@@ -52,8 +63,11 @@ static const struct mrmgr__sim_personality personalities[] = {
 
 #define SIM_ATTR_KNOWN                                                      \
 	(MRMGR_SIM_ATTR_PERSONALITY | MRMGR_SIM_ATTR_MEMLOCK |              \
-	 MRMGR_SIM_ATTR_COST | MRMGR_SIM_ATTR_FLAGS | MRMGR_SIM_ATTR_LIMITS)
-#define SIM_FLAGS_KNOWN (MRMGR_SIM_FLAG_NO_PIN | MRMGR_SIM_FLAG_DISTINCT_RKEY)
+	 MRMGR_SIM_ATTR_COST | MRMGR_SIM_ATTR_FLAGS | MRMGR_SIM_ATTR_LIMITS | \
+	 MRMGR_SIM_ATTR_ODP_COST)
+#define SIM_FLAGS_KNOWN                                                     \
+	(MRMGR_SIM_FLAG_NO_PIN | MRMGR_SIM_FLAG_DISTINCT_RKEY |              \
+	 MRMGR_SIM_FLAG_NO_IMPLICIT_ODP)
 
 /*
  * Registry of open devices. A pointer can only be recognised as ours by
@@ -229,6 +243,10 @@ MRMGR_EXPORT int mrmgr_sim_open(const struct mrmgr_sim_attr *attr,
 	} else {
 		sctx->max_mr = 1u << 24;
 		sctx->max_mr_size = UINT64_C(1) << 40;
+	}
+	if (a->comp_mask & MRMGR_SIM_ATTR_ODP_COST) {
+		sctx->odp_fault_ns = a->odp_fault_ns;
+		sctx->odp_prefetch_ns_per_page = a->odp_prefetch_ns_per_page;
 	}
 	sctx->hwm = 1;
 	sctx->next_pd_handle = 1;
@@ -469,6 +487,13 @@ static int sim_query_device(struct ibv_context *ctx,
 	caps->max_mr = sctx->max_mr;
 	caps->max_sge = sctx->pers->max_sge;
 	caps->page_size_cap = sctx->pers->page_size_cap;
+	caps->odp_general = sctx->pers->odp_general;
+	if (sctx->flags & MRMGR_SIM_FLAG_NO_IMPLICIT_ODP)
+		caps->odp_general &= ~(uint64_t)IBV_ODP_SUPPORT_IMPLICIT;
+	caps->odp_rc = sctx->pers->odp_rc;
+	caps->odp_uc = sctx->pers->odp_uc;
+	caps->odp_ud = sctx->pers->odp_ud;
+	caps->odp_xrc = sctx->pers->odp_xrc;
 	return 0;
 }
 
@@ -483,11 +508,19 @@ static int sim_backend_dereg_mr(struct ibv_mr *mr)
 	return mrmgr_sim_dereg_mr(mr);
 }
 
+static int sim_backend_advise_mr(struct ibv_pd *pd,
+				 enum ibv_advise_mr_advice advice,
+				 uint32_t flags, struct ibv_sge *sg_list,
+				 uint32_t num_sge)
+{
+	return mrmgr_sim_advise_mr(pd, advice, flags, sg_list, num_sge);
+}
+
 const struct mrmgr__backend mrmgr__backend_sim = {
 	.name = "sim",
 	.query_device = sim_query_device,
 	.reg_mr = sim_backend_reg_mr,
 	.dereg_mr = sim_backend_dereg_mr,
 	.rereg_mr = NULL,
-	.advise_mr = NULL,
+	.advise_mr = sim_backend_advise_mr,
 };

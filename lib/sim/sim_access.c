@@ -21,6 +21,7 @@
 
 #include "compiler.h"
 #include "log.h"
+#include "procfs.h"
 #include "sim/sim_internal.h"
 
 #define PAGE MRMGR__SIM_PAGE_SIZE
@@ -37,31 +38,16 @@
 #define SIM_PIPE_DEF_PAGES 16u
 
 /*
- * One /proc/self/pagemap descriptor per process, read with pread() from
- * any thread. The file is bound to the mm of the process that opened it,
- * so a fork child must open its own: the pid is checked on every use.
- * Whether PFNs are shown is decided by the opener's credentials
- * (CAP_SYS_ADMIN), which is why availability is probed on this same fd.
+ * One /proc/self/pagemap descriptor per process (reopened after fork),
+ * read with pread() from any thread. Whether PFNs are shown is decided by
+ * the opener's credentials (CAP_SYS_ADMIN), which is why availability is
+ * probed on this same fd.
  */
-static pthread_mutex_t pm_lock = PTHREAD_MUTEX_INITIALIZER;
-static int pm_fd = -1;
-static pid_t pm_pid;
+static struct mrmgr__proc_file pagemap = MRMGR__PROC_FILE("/proc/self/pagemap");
 
 static int pagemap_fd(void)
 {
-	pid_t pid = getpid();
-	int fd;
-
-	pthread_mutex_lock(&pm_lock);
-	if (pm_fd < 0 || pm_pid != pid) {
-		if (pm_fd >= 0)
-			close(pm_fd);
-		pm_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-		pm_pid = pid;
-	}
-	fd = pm_fd;
-	pthread_mutex_unlock(&pm_lock);
-	return fd;
+	return mrmgr__proc_file_fd(&pagemap);
 }
 
 int mrmgr__sim_pagemap_read(uint64_t va, size_t n, uint64_t *out)
@@ -408,7 +394,7 @@ static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
 	struct mrmgr__sim_pd *spd;
 	struct mrmgr__sim_ctx *s;
 	struct mrmgr__sim_mr *m;
-	uint64_t base;
+	uint64_t base, wait_ns = 0;
 	int ret = 0;
 
 	if (!buf || !len) {
@@ -442,7 +428,11 @@ static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
 		pthread_mutex_unlock(&s->lock);
 		return ret;
 	}
-	ret = m->pfns ? check_identity(m, raddr, len) : check_mapped(raddr, len);
+	if (m->odp) /* ODP follows the mapping: faults, never stale */
+		ret = mrmgr__sim_odp_access(s, m, raddr, len, write, &wait_ns);
+	else
+		ret = m->pfns ? check_identity(m, raddr, len)
+			      : check_mapped(raddr, len);
 	if (!ret)
 		ret = copy_self(buf, raddr, len, write);
 	if (ret == ESTALE)
@@ -454,6 +444,7 @@ static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
 	else
 		s->stats.reads++;
 	pthread_mutex_unlock(&s->lock);
+	mrmgr__sim_busy_wait(wait_ns);
 	if (ret == ESTALE)
 		mrmgr__dbg("sim %s: stale %s at %#llx+%zu (rkey %#x)",
 			   s->ibdev.name, write ? "write" : "read",

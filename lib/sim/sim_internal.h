@@ -39,7 +39,7 @@
  * advise, import) append to the enum and raise this; the fault table is
  * indexed by nothing else, so that is the only change fault injection needs.
  */
-#define MRMGR__SIM_OP_COUNT 2
+#define MRMGR__SIM_OP_COUNT 3
 
 /*
  * Keys are (index << 8) | key byte, as both mlx5 (mkey index + variant)
@@ -62,6 +62,10 @@ struct mrmgr__sim_personality {
 	uint64_t page_size_cap;
 	unsigned int access_ok;     /* access bits ibv_reg_mr accepts */
 	int random_key;             /* rxe: random key byte; mlx5: counter */
+	/* ODP (sim_odp.c): odp_caps as ibv_query_device_ex() reports them. */
+	uint64_t odp_general;
+	uint32_t odp_rc, odp_uc, odp_ud, odp_xrc;
+	int advise;                 /* ibv_advise_mr() implemented */
 };
 
 struct mrmgr__sim_fault_slot {
@@ -72,6 +76,7 @@ struct mrmgr__sim_fault_slot {
 };
 
 struct mrmgr__sim_ctx;
+struct mrmgr__sim_odp;
 
 struct mrmgr__sim_pd {
 	struct ibv_pd ibpd;
@@ -97,6 +102,8 @@ struct mrmgr__sim_mr {
 	uint64_t *pfns;
 	int *pipes;
 	uint32_t npipes;
+	/* ODP MRs only (sim_odp.c): the pages present in the device. */
+	struct mrmgr__sim_odp *odp;
 };
 
 struct mrmgr__sim_slot {
@@ -116,6 +123,7 @@ struct mrmgr__sim_ctx {
 	uint64_t reg_ns, reg_ns_per_page, dereg_ns, dereg_ns_per_page;
 	uint32_t max_mr;
 	uint64_t max_mr_size;
+	uint64_t odp_fault_ns, odp_prefetch_ns_per_page;
 
 	/* Key table, grown on demand; index 0 unused. */
 	struct mrmgr__sim_slot *slots;
@@ -151,6 +159,28 @@ int mrmgr__sim_fault_check(struct mrmgr__sim_ctx *sctx, uint32_t op,
 struct mrmgr__sim_mr *mrmgr__sim_mr_by_rkey(struct mrmgr__sim_ctx *sctx,
 					    uint32_t rkey);
 void mrmgr__sim_keys_fini(struct mrmgr__sim_ctx *sctx);
+/* The rules and bookkeeping of sim_mr.c, for sim_odp.c. */
+#define MRMGR__SIM_MR_MAGIC 0x73696d6du /* "simm" */
+int mrmgr__sim_check_reg(const struct mrmgr__sim_ctx *sctx, void *addr,
+			 size_t length, unsigned int access);
+int mrmgr__sim_slot_alloc(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m);
+void mrmgr__sim_slot_free(struct mrmgr__sim_ctx *sctx, uint32_t idx);
+void mrmgr__sim_busy_wait(uint64_t ns);
+
+/* sim_odp.c */
+/* mrmgr_sim_reg_mr() with IBV_ACCESS_ON_DEMAND in access. */
+int mrmgr__sim_reg_odp(struct mrmgr__sim_pd *spd, void *addr, size_t length,
+		       unsigned int access, struct ibv_mr **mr);
+/* Free an ODP MR's present set; fine on any MR. */
+void mrmgr__sim_odp_free(struct mrmgr__sim_mr *m);
+/*
+ * A simulated access to [va, va+len) of ODP MR m, before the copy, with
+ * sctx->lock held: fault in the pages the device lacks (EFAULT when one
+ * is not mapped, or not writable for a write) and count them. *wait_ns:
+ * the modelled fault cost, to busy-wait after unlocking.
+ */
+int mrmgr__sim_odp_access(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m,
+			  uint64_t va, size_t len, int write, uint64_t *wait_ns);
 
 /* sim_access.c */
 /*

@@ -17,7 +17,7 @@
 #include "log.h"
 #include "sim/sim_internal.h"
 
-#define SIM_MR_MAGIC 0x73696d6du /* "simm" */
+#define SIM_MR_MAGIC MRMGR__SIM_MR_MAGIC
 #define PAGE MRMGR__SIM_PAGE_SIZE
 
 /* ---------------------------------------------------------------- keys */
@@ -332,6 +332,8 @@ MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
 	spd = mrmgr__sim_pd_get(pd);
 	if (!spd)
 		return EINVAL;
+	if (access & IBV_ACCESS_ON_DEMAND)
+		return mrmgr__sim_reg_odp(spd, addr, length, access, mr);
 	s = spd->sctx;
 	ret = check_reg(s, addr, length, access);
 	m = ret ? NULL : calloc(1, sizeof(*m));
@@ -454,14 +456,39 @@ MRMGR_EXPORT int mrmgr_sim_dereg_mr(struct ibv_mr *mr)
 	s->mrs--;
 	m->spd->mrs--;
 	s->stats.live_mrs--;
-	s->stats.pinned_bytes -= m->npages * PAGE;
+	if (!m->odp) /* ODP MRs pin nothing, and cost no per-page work */
+		s->stats.pinned_bytes -= m->npages * PAGE;
 	s->stats.deregistrations++;
 	/* Read under the lock: once unlocked the device may be closed. */
-	ns = cost_ns(s->dereg_ns, s->dereg_ns_per_page, m->npages);
+	ns = cost_ns(s->dereg_ns, s->dereg_ns_per_page, m->odp ? 0 : m->npages);
 	pthread_mutex_unlock(&s->lock);
 
 	mrmgr__sim_pages_release(m);
+	mrmgr__sim_odp_free(m);
 	busy_wait(ns);
 	free(m);
 	return 0;
+}
+
+/* ------------------------------------------------- shared with sim_odp.c */
+
+int mrmgr__sim_check_reg(const struct mrmgr__sim_ctx *s, void *addr,
+			 size_t length, unsigned int access)
+{
+	return check_reg(s, addr, length, access);
+}
+
+int mrmgr__sim_slot_alloc(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m)
+{
+	return slot_alloc(s, m);
+}
+
+void mrmgr__sim_slot_free(struct mrmgr__sim_ctx *s, uint32_t idx)
+{
+	slot_free(s, idx);
+}
+
+void mrmgr__sim_busy_wait(uint64_t ns)
+{
+	busy_wait(ns);
 }

@@ -1,0 +1,348 @@
+/*
+ * On-demand paging modes of the cache.
+ *
+ * The mode is decided once, when the cache is created, from the device's
+ * odp_caps (general and per transport), the mode asked for and the
+ * strictness asked for; the decision and its reason are kept for
+ * mrmgr_cache_query_odp() and logged. Falling back goes implicit ->
+ * explicit -> off, never the other way.
+ *
+ * Why implicit-mode views are correct on the lock-free hit path:
+ * a view is an ordinary region in the interval tree (same refcount
+ * stripes, same states, same type-stable memory) whose mr is the cache's
+ * implicit MR and whose kind says "never deregister". A hit on a view is
+ * therefore exactly a hit on a region; a put that finds it detached
+ * releases it without a verbs call. The implicit MR outlives every view:
+ * it is registered before the cache is published and deregistered only
+ * by mrmgr_cache_destroy(), which refuses (EBUSY) while any region is
+ * held. Keys never go stale either: the implicit MR translates through
+ * the process's current page tables (the kernel's MMU notifiers keep the
+ * device in step), so a view can never deliver data to pages that are
+ * gone. Views are still invalidated like regions: the mapping was checked
+ * for protections when the view was made (see mrmgr__odp_miss()), and
+ * dropping the view on mrmgr_invalidate() makes the next get check again.
+ *
+ * Why explicit ODP regions do not count against max_bytes: that limit
+ * exists to keep pinned memory under RLIMIT_MEMLOCK and the device's
+ * pinning budget. ODP regions pin nothing and the kernel does not charge
+ * them to memlock, so counting them would only evict for no gain. They
+ * still count against max_regions (each is a device MR with translation
+ * tables of its own) and are reported in mrmgr_stats::odp_bytes.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cache.h"
+#include "log.h"
+#include "odp.h"
+
+#define WRITE_ACCESS                                                        \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |                  \
+	 IBV_ACCESS_REMOTE_ATOMIC)
+#define DEFAULT_OPS                                                         \
+	(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | \
+	 IBV_ODP_SUPPORT_READ)
+
+static const char *const mode_names[] = { "off", "explicit", "implicit",
+					  "auto" };
+
+/* ------------------------------------------------------------ decision */
+
+static uint32_t transport_caps(const struct mrmgr__dev_caps *caps, uint32_t t)
+{
+	switch (t) {
+	case MRMGR_ODP_TRANSPORT_RC: return caps->odp_rc;
+	case MRMGR_ODP_TRANSPORT_UC: return caps->odp_uc;
+	case MRMGR_ODP_TRANSPORT_UD: return caps->odp_ud;
+	default: return caps->odp_xrc;
+	}
+}
+
+static const char *transport_name(uint32_t t)
+{
+	switch (t) {
+	case MRMGR_ODP_TRANSPORT_RC: return "RC";
+	case MRMGR_ODP_TRANSPORT_UC: return "UC";
+	case MRMGR_ODP_TRANSPORT_UD: return "UD";
+	default: return "XRC";
+	}
+}
+
+/*
+ * Can explicit ODP serve the transports and operations asked for? 0, or
+ * the reason it cannot (with a sentence in text).
+ */
+static uint32_t explicit_blocker(const struct mrmgr__dev_caps *caps,
+				 uint32_t transports, uint32_t ops,
+				 char *text, size_t size)
+{
+	if (!(caps->odp_general & IBV_ODP_SUPPORT)) {
+		snprintf(text, size, "%s does not report IBV_ODP_SUPPORT",
+			 caps->name);
+		return MRMGR_ODP_REASON_NO_ODP;
+	}
+	for (uint32_t t = 1; t <= MRMGR_ODP_TRANSPORT_XRC; t <<= 1) {
+		uint32_t have = transport_caps(caps, t);
+
+		if (!(transports & t) || (have & ops) == ops)
+			continue;
+		snprintf(text, size, "%s's %s ODP caps %#x lack %#x", caps->name,
+			 transport_name(t), have, ops & ~have);
+		return MRMGR_ODP_REASON_TRANSPORT_CAPS;
+	}
+	return 0;
+}
+
+static void set_decision(struct mrmgr__odp *o, uint32_t mode, uint32_t reason,
+			 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void set_decision(struct mrmgr__odp *o, uint32_t mode, uint32_t reason,
+			 const char *fmt, ...)
+{
+	va_list ap;
+
+	o->mode = mode;
+	o->reason = reason;
+	va_start(ap, fmt);
+	vsnprintf(o->reason_text, sizeof(o->reason_text), fmt, ap);
+	va_end(ap);
+}
+
+static int unsupported_errno(int e)
+{
+	return e == EINVAL || e == EOPNOTSUPP || e == ENOSYS;
+}
+
+/* Register the implicit MR. 0 or the device's errno. */
+static int implicit_register(struct mrmgr_cache *c)
+{
+	struct mrmgr__odp *o = &c->odp;
+	unsigned int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			      IBV_ACCESS_REMOTE_READ;
+	struct ibv_mr *mr = NULL;
+	int ret;
+
+	/* Atomics only when the caller asked for them to work on ODP. */
+	if (o->ops & IBV_ODP_SUPPORT_ATOMIC)
+		access |= IBV_ACCESS_REMOTE_ATOMIC;
+	ret = c->be->reg_mr(c->pd, NULL, SIZE_MAX,
+			    (int)(access | IBV_ACCESS_ON_DEMAND), &mr);
+	if (ret) {
+		c->st.reg_failures++;
+		return ret;
+	}
+	c->st.registrations++;
+	o->implicit_mr = mr;
+	o->implicit_access = access;
+	return 0;
+}
+
+int mrmgr__odp_init(struct mrmgr_cache *c)
+{
+	struct mrmgr__odp *o = &c->odp;
+	const struct mrmgr__dev_caps *caps = &c->caps;
+	uint32_t req = c->cfg.odp_mode;
+	char why[128] = "";
+	uint32_t blocker;
+	int strict, ret;
+
+	memset(o, 0, sizeof(*o));
+	o->requested = req;
+	o->flags = c->cfg.odp_flags;
+	o->transports = c->cfg.odp_transports ? c->cfg.odp_transports
+					      : MRMGR_ODP_TRANSPORT_RC;
+	o->ops = c->cfg.odp_ops ? c->cfg.odp_ops : DEFAULT_OPS;
+	strict = (o->flags & MRMGR_ODP_STRICT) && req != MRMGR_ODP_AUTO;
+
+	if (req == MRMGR_ODP_OFF) {
+		set_decision(o, MRMGR_ODP_OFF, MRMGR_ODP_REASON_AS_REQUESTED,
+			     "ODP off (as requested): pinned registrations");
+		goto decided;
+	}
+	blocker = explicit_blocker(caps, o->transports, o->ops, why, sizeof(why));
+	if (!blocker && req != MRMGR_ODP_EXPLICIT) {
+		if (!(caps->odp_general & IBV_ODP_SUPPORT_IMPLICIT)) {
+			blocker = MRMGR_ODP_REASON_NO_IMPLICIT;
+			snprintf(why, sizeof(why),
+				 "%s does not report IBV_ODP_SUPPORT_IMPLICIT",
+				 caps->name);
+		} else if ((ret = implicit_register(c)) != 0) {
+			if (strict && !unsupported_errno(ret)) {
+				mrmgr__err("ODP implicit (strict) on %s: the "
+					   "implicit registration failed: %s",
+					   caps->name, strerror(ret));
+				return ret;
+			}
+			blocker = MRMGR_ODP_REASON_IMPLICIT_REG_FAILED;
+			snprintf(why, sizeof(why),
+				 "%s refused the implicit registration: %s",
+				 caps->name, strerror(ret));
+		} else {
+			set_decision(o, MRMGR_ODP_IMPLICIT,
+				     MRMGR_ODP_REASON_AS_REQUESTED,
+				     "ODP implicit (asked %s): one implicit MR "
+				     "on %s, no registration per region",
+				     mode_names[req], caps->name);
+			goto decided;
+		}
+	} else if (!blocker) {
+		set_decision(o, MRMGR_ODP_EXPLICIT, MRMGR_ODP_REASON_AS_REQUESTED,
+			     "ODP explicit (as requested) on %s", caps->name);
+		goto decided;
+	}
+
+	/* The requested mode is not available: fall back, or refuse. */
+	if (strict) {
+		mrmgr__err("ODP %s requested with MRMGR_ODP_STRICT, but %s",
+			   mode_names[req], why);
+		return EOPNOTSUPP;
+	}
+	if (blocker == MRMGR_ODP_REASON_NO_IMPLICIT ||
+	    blocker == MRMGR_ODP_REASON_IMPLICIT_REG_FAILED)
+		set_decision(o, MRMGR_ODP_EXPLICIT, blocker,
+			     "ODP explicit (asked %s): %s", mode_names[req], why);
+	else
+		set_decision(o, MRMGR_ODP_OFF, blocker,
+			     "ODP off (asked %s): %s; pinned registrations",
+			     mode_names[req], why);
+decided:
+	if (o->mode != MRMGR_ODP_OFF) {
+		o->reg_access = IBV_ACCESS_ON_DEMAND;
+		if (o->flags & MRMGR_ODP_AUTO_PREFETCH)
+			c->flags |= MRMGR__CACHE_AUTO_PREFETCH;
+	}
+	/* An explicit request that was not met deserves a warning. */
+	mrmgr__log(o->reason != MRMGR_ODP_REASON_AS_REQUESTED &&
+				   req != MRMGR_ODP_AUTO
+			   ? MRMGR_LOG_WARN
+			   : MRMGR_LOG_INFO,
+		   "%s", o->reason_text);
+	return 0;
+}
+
+void mrmgr__odp_fini(struct mrmgr_cache *c)
+{
+	struct mrmgr__odp *o = &c->odp;
+	int ret;
+
+	if (!o->implicit_mr)
+		return;
+	ret = c->be->dereg_mr(o->implicit_mr);
+	if (ret)
+		mrmgr__err("deregistering the implicit ODP MR failed: %s; the "
+			   "MR is abandoned", strerror(ret));
+	else
+		c->st.deregistrations++;
+	o->implicit_mr = NULL;
+}
+
+int mrmgr__odp_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
+		    unsigned int access, uint64_t *rs, uint64_t *rl,
+		    unsigned int *racc, int *merged, int *kind)
+{
+	static int warned;
+	uint64_t bad = 0;
+	const char *why = "";
+	int ret;
+
+	ret = mrmgr__odp_check_mapping(*rs, *rl, !!(*racc & WRITE_ACCESS),
+				       &bad, &why);
+	if (ret == EFAULT && *merged) {
+		/* The merged span reaches memory the request does not:
+		 * register just the request, checked on its own. */
+		*rs = start;
+		*rl = last;
+		*racc = access;
+		*merged = 0;
+		ret = mrmgr__odp_check_mapping(start, last,
+					       !!(access & WRITE_ACCESS), &bad,
+					       &why);
+	}
+	if (ret == EFAULT) {
+		mrmgr__err("mrmgr_get: [%#llx, +%llu) access %#x: %#llx is %s; "
+			   "an ODP registration would only fail at fault time, "
+			   "so the cache refuses it",
+			   (unsigned long long)start,
+			   (unsigned long long)(last - start + 1), access,
+			   (unsigned long long)bad, why);
+		return EFAULT;
+	}
+	if (ret && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+		mrmgr__warn("cannot read /proc/self/maps (%s): ODP regions are "
+			    "made without checking protections", strerror(ret));
+	*kind = c->odp.mode == MRMGR_ODP_IMPLICIT &&
+				!(*racc & ~c->odp.implicit_access)
+			? MRMGR__REGION_VIEW
+			: MRMGR__REGION_ODP;
+	return 0;
+}
+
+/* ------------------------------------------------------------ accounting */
+
+void mrmgr__odp_region_added(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	if (r->kind == MRMGR__REGION_VIEW)
+		c->st.implicit_views++;
+	else
+		c->st.odp_bytes += mrmgr__region_len(r);
+}
+
+void mrmgr__odp_region_gone(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	if (r->kind == MRMGR__REGION_ODP)
+		c->st.odp_bytes -= mrmgr__region_len(r);
+}
+
+void mrmgr__odp_stats(struct mrmgr_cache *c, struct mrmgr_stats *s)
+{
+	const struct mrmgr__prefetch_stats *p = &c->odp.pst;
+
+	s->prefetch_calls = __atomic_load_n(&p->calls, __ATOMIC_RELAXED);
+	s->prefetch_sges = __atomic_load_n(&p->sges, __ATOMIC_RELAXED);
+	s->prefetch_batches = __atomic_load_n(&p->batches, __ATOMIC_RELAXED);
+	s->prefetch_noops = __atomic_load_n(&p->noops, __ATOMIC_RELAXED);
+	s->prefetch_failures = __atomic_load_n(&p->failures, __ATOMIC_RELAXED);
+	s->prefetch_retries = __atomic_load_n(&p->retries, __ATOMIC_RELAXED);
+}
+
+MRMGR_EXPORT int mrmgr_cache_query_odp(mrmgr_cache_t *c,
+				       struct mrmgr_odp_info *info, size_t size)
+{
+	struct mrmgr_odp_info i;
+	const struct mrmgr__odp *o;
+
+	if (!c || !info || !size) {
+		mrmgr__err("mrmgr_cache_query_odp: %s",
+			   !c ? "NULL cache" : !info ? "NULL info" : "size 0");
+		return EINVAL;
+	}
+	/* Set at creation and never changed: no lock needed. */
+	o = &c->odp;
+	memset(&i, 0, sizeof(i));
+	i.requested_mode = o->requested;
+	i.mode = o->mode;
+	i.reason = o->reason;
+	i.flags = o->flags;
+	i.transports = o->transports;
+	i.ops = o->ops;
+	i.general_caps = c->caps.odp_general;
+	i.rc_caps = c->caps.odp_rc;
+	i.uc_caps = c->caps.odp_uc;
+	i.ud_caps = c->caps.odp_ud;
+	i.xrc_caps = c->caps.odp_xrc;
+	i.max_sge = c->caps.max_sge;
+	if (o->implicit_mr) {
+		i.implicit_access = o->implicit_access;
+		i.implicit_lkey = o->implicit_mr->lkey;
+		i.implicit_rkey = o->implicit_mr->rkey;
+	}
+	snprintf(i.reason_text, sizeof(i.reason_text), "%s", o->reason_text);
+	memcpy(info, &i, size < sizeof(i) ? size : sizeof(i));
+	return 0;
+}
