@@ -355,6 +355,13 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	b = blocker(c, r);
 	if (b) {
 		count_blocker(c, b);
+		/* No rereg: dereg + reg. An idle region goes first, so old
+		 * and new are never pinned together (nobody needs the old
+		 * one); a held or shared one is left to the merge path. */
+		if (b != BLOCK_SHARED && mrmgr__cache_quiesce(c, r)) {
+			mrmgr__cache_release(c, r);
+			c->st.merges++; /* absorbed by what is registered next */
+		}
 		return MRMGR__GROW_PASS;
 	}
 	if (!mrmgr__cache_quiesce(c, r)) {
@@ -376,10 +383,12 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		*out = r;
 		return 0;
 	}
-	if (res == REREG_KEPT)
+	if (res == REREG_KEPT) {
 		mrmgr__cache_publish(c, r); /* the merge path replaces it */
-	else
+	} else {
 		mrmgr__cache_release(c, r);
+		c->st.merges++;
+	}
 	return MRMGR__GROW_PASS;
 }
 
@@ -423,7 +432,9 @@ int mrmgr__grow_held(struct mrmgr_cache *c, struct mrmgr_region **rp,
 
 		if (b) {
 			count_blocker(c, b);
-			res = REREG_KEPT;
+			/* dereg + reg, the old one first (nobody holds it);
+			 * a shared one waits for its replacement. */
+			res = b == BLOCK_SHARED ? REREG_KEPT : REREG_LOST;
 		} else if (flags) {
 			res = len > old_len &&
 				      !mrmgr__cache_make_room(c, 0, len - old_len)

@@ -97,7 +97,10 @@ enum mrmgr_cache_flags {
 	MRMGR_CACHE_NO_HEADROOM = 1u << 2,
 	/**
 	 * Never use ibv_rereg_mr(): growth, access upgrades, PD moves and
-	 * buffer resizes always register anew (make-before-break).
+	 * buffer resizes register anew instead (an idle region is
+	 * deregistered first, a held one is left to its holders:
+	 * make-before-break). What the cache does anyway on devices without
+	 * rereg (rxe, siw).
 	 */
 	MRMGR_CACHE_NO_REREG = 1u << 3,
 };
