@@ -754,6 +754,12 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
 			   "put them first", (unsigned long long)busy);
 		return EBUSY;
 	}
+	if (c->bufs.next != &c->bufs) {
+		pthread_mutex_unlock(&c->lock);
+		mrmgr__err("mrmgr_cache_destroy: buffers still use the cache; "
+			   "destroy them first");
+		return EBUSY;
+	}
 	while (c->lru.next != &c->lru) {
 		struct mrmgr_region *r = lru_region(c->lru.next);
 

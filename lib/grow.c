@@ -205,7 +205,7 @@ static int device_can_rereg(struct mrmgr_cache *c)
 
 static int blocker(struct mrmgr_cache *c, const struct mrmgr_region *r)
 {
-	if (c->cfg.flags & MRMGR_CACHE_NO_REREG)
+	if (c->cfg.flags & (MRMGR_CACHE_NO_REREG | MRMGR_CACHE_DISABLE))
 		return BLOCK_POLICY;
 	if (!device_can_rereg(c))
 		return BLOCK_UNSUPPORTED;

@@ -266,6 +266,8 @@ Test(buf, a_failed_registration_leaves_it_unregistered_until_retried)
 	cr_assert_eq(mrmgr_buf_resize(b, 3 * PG), ENOMEM);
 	cr_assert_null(mrmgr_buf_mr(b));
 	cr_assert_eq(mrmgr_buf_rkey(b), 0);
+	cr_assert_eq(mrmgr_cache_destroy(f.cache), EBUSY,
+		     "a buffer without a registration still uses the cache");
 	cr_assert_eq(mrmgr_buf_size(b), 3 * PG);
 	cr_assert_str_eq(mrmgr_buf_data(b), "kept");
 	cr_assert_eq(sstats(f.ctx).live_mrs, 0, "the dead MR was deregistered");
@@ -349,4 +351,28 @@ Test(buf, bad_input_is_einval)
 	cr_assert_eq(mrmgr_buf_resize(b, SIZE_MAX), EINVAL);
 	cr_assert_eq(mrmgr_buf_destroy(b), 0);
 	fx_close(&f);
+}
+
+Test(buf, works_on_a_disabled_or_full_cache)
+{
+	struct mrmgr_cache_attr off = { .comp_mask = MRMGR_CACHE_ATTR_FLAGS,
+					.flags = MRMGR_CACHE_DISABLE };
+	struct mrmgr_cache_attr tiny = { .comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES,
+					 .max_bytes = 2 * PG };
+	const struct mrmgr_cache_attr *attrs[] = { &off, &tiny };
+
+	for (int i = 0; i < 2; i++) {
+		struct fixture f;
+		mrmgr_buf_t *b;
+
+		fx_open(&f, &sim_big, attrs[i]);
+		cr_assert_eq(mrmgr_buf_create(f.cache, PG, RW, &b), 0);
+		for (size_t n = 2; n <= 9; n++) {
+			cr_assert_eq(mrmgr_buf_resize(b, n * PG), 0);
+			lands(&f, b, n * PG - 8, 'd');
+		}
+		cr_assert_eq(sstats(f.ctx).live_mrs, 1);
+		cr_assert_eq(mrmgr_buf_destroy(b), 0);
+		fx_close(&f);
+	}
 }
