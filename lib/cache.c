@@ -7,8 +7,10 @@
  *   the calling thread's stripe of the region. Anything unusual (a miss, a
  *   tree change under the walk, a region being evicted) falls to the slow
  *   path, which runs under the cache lock: look again, widen the range over
- *   overlapping and adjacent regions (merge), evict least-recently-used
- *   idle regions to stay within the limits, register, publish.
+ *   overlapping and adjacent regions (merge), let grow.c grow the one region
+ *   absorbed in place (ibv_rereg_mr) or widen the span (headroom), evict
+ *   least-recently-used idle regions to stay within the limits, register,
+ *   publish.
  *   mrmgr_put() drops the reference on its stripe; only when the region is
  *   no longer live (invalidated, merged away, uncached) does it take the
  *   lock to see whether it was the last one and deregister.

@@ -110,9 +110,12 @@ static void verdict_store(const struct mrmgr_cache *c, int v)
 		    !strcmp(verdicts[i].name, c->caps.name))
 			e = &verdicts[i];
 	if (!e) {
-		e = &verdicts[nverdicts < MAX_VERDICTS ? nverdicts++ : verdict_next];
-		if (nverdicts == MAX_VERDICTS)
+		if (nverdicts < MAX_VERDICTS) {
+			e = &verdicts[nverdicts++];
+		} else {
+			e = &verdicts[verdict_next];
 			verdict_next = (verdict_next + 1) % MAX_VERDICTS;
+		}
 		e->backend = c->be->name;
 		snprintf(e->name, sizeof(e->name), "%s", c->caps.name);
 	}
@@ -328,7 +331,7 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 {
 	struct mrmgr_region *r = NULL;
 	uint64_t hs = UINT64_MAX, hl = 0, n = 0, old_len, new_len;
-	int growth = 0, b, res;
+	int growth = 0, b, res, flags;
 
 	for (struct mrmgr__itree_node *node =
 		     mrmgr__itree_first_overlap(&c->tree, *rs, *rl);
@@ -375,8 +378,9 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		mrmgr__cache_publish(c, r);
 		return MRMGR__GROW_PASS;
 	}
-	res = rereg(c, r, rereg_flags(r, *rs, *rl, *racc, c->pd), c->pd, *rs,
-		    new_len, *racc);
+	flags = rereg_flags(r, *rs, *rl, *racc, c->pd);
+	/* Nothing to change (cannot happen after a true miss): a hit. */
+	res = flags ? rereg(c, r, flags, c->pd, *rs, new_len, *racc) : REREG_DONE;
 	if (res == REREG_DONE) {
 		__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
 		mrmgr__cache_publish(c, r);

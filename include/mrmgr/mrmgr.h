@@ -246,8 +246,9 @@ MRMGR_EXPORT uint64_t mrmgr_region_generation(const mrmgr_region_t *region);
  * changed.
  *
  * Gets that complete after this returns get regions in @p pd; gets racing
- * with it may get either PD. The old PD must outlive the regions held at
- * the time of the move; @p pd must outlive the cache.
+ * with it may get either PD. It must not race mrmgr_buf_resize() on the
+ * cache's buffers. The old PD must outlive the regions held at the time of
+ * the move; @p pd must outlive the cache.
  *
  * @return 0; @c EINVAL for NULL arguments or a PD of another device; or
  *         the error of re-registering a buffer (that buffer is then left
