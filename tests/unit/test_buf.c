@@ -376,3 +376,46 @@ Test(buf, works_on_a_disabled_or_full_cache)
 		fx_close(&f);
 	}
 }
+
+Test(buf, a_move_leaves_nothing_cached_at_the_old_address)
+{
+	struct fixture f;
+	mrmgr_buf_t *b;
+	mrmgr_region_t *q, *fresh;
+
+	if (!mrmgr_sim_page_identity_available())
+		cr_skip_test("page identity needs /proc/self/pagemap PFNs (root)");
+	fx_open(&f, &sim_big, &cache_big);
+	cr_assert_eq(mrmgr_buf_create(f.cache, 4 * PG, IBV_ACCESS_LOCAL_WRITE, &b), 0);
+	char *old = mrmgr_buf_data(b);
+	/* Another registration of the buffer's pages, cached and idle. */
+	cr_assert_eq(mrmgr_get(f.cache, old, 4 * PG, RW, &q), 0);
+	cr_assert_neq(mrmgr_region_mr(q), mrmgr_buf_mr(b));
+	mrmgr_put(q);
+	void *block = mmap(old + 4 * PG, PG, PROT_READ,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (block == MAP_FAILED)
+		cr_assert_eq(errno, EEXIST);
+	cr_assert_eq(mrmgr_buf_resize(b, 6 * PG), 0);
+	cr_assert_neq(mrmgr_buf_data(b), old, "moved");
+
+	/* New memory at the old address: no registration of the moved
+	 * pages may be found there. */
+	char *again = mmap(old, 4 * PG, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (again != old)
+		cr_skip_test("could not map the old address again");
+	memset(again, 'n', 4 * PG);
+	cr_assert_eq(mrmgr_get(f.cache, again, 4 * PG, RW, &fresh), 0);
+	cr_assert_eq(mrmgr_sim_write(f.pd, mrmgr_region_rkey(fresh),
+				     (uint64_t)(uintptr_t)again, "W", 1), 0);
+	cr_assert_eq(again[0], 'W', "the write landed in the new memory");
+	cr_assert_eq(sstats(f.ctx).stale_accesses, 0);
+	mrmgr_put(fresh);
+	cr_assert_eq(mrmgr_invalidate(f.cache, again, 4 * PG), 0);
+	munmap(again, 4 * PG);
+	cr_assert_eq(mrmgr_buf_destroy(b), 0);
+	if (block != MAP_FAILED)
+		munmap(block, PG);
+	fx_close(&f);
+}
