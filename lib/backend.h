@@ -34,11 +34,14 @@ struct mrmgr__backend {
 	/* Returns 0 or a positive errno; on error the MR may still be live. */
 	int (*dereg_mr)(struct ibv_mr *mr);
 	/*
-	 * Same contract as ibv_rereg_mr(): 0, or a negative enum
-	 * ibv_rereg_mr_err_code with errno set. NULL when not implemented.
+	 * ibv_rereg_mr(), normalised: returns 0, or one of the five negative
+	 * enum ibv_rereg_mr_err_code values (anything else a device returns
+	 * is reported as IBV_REREG_MR_ERR_CMD, the safe reading), with the
+	 * positive errno in *err (never 0 on failure). errno itself is not
+	 * part of the contract: logging may clobber it. NULL: not implemented.
 	 */
 	int (*rereg_mr)(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
-			void *addr, size_t length, int access);
+			void *addr, size_t length, int access, int *err);
 	/* Same contract as ibv_advise_mr(): 0 or a positive errno. NULL: none. */
 	int (*advise_mr)(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
 			 uint32_t flags, struct ibv_sge *sg_list,

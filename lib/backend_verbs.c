@@ -82,11 +82,36 @@ static int verbs_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
 	return ret < 0 ? -ret : ret;
 }
 
+/*
+ * rdma-core returns the negative enum ibv_rereg_mr_err_code and sets
+ * errno; a provider without rereg fails as IBV_REREG_MR_ERR_CMD with
+ * EOPNOTSUPP (rdma-core 44; older ones: ERR_INPUT with ENOSYS). errno is
+ * captured at once, and a value outside the enum (a positive provider
+ * return passed through by an older libibverbs) is read as "the MR must
+ * not be used", the one reading that cannot leave a stale MR in use.
+ */
+static int verbs_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
+			  void *addr, size_t length, int access, int *err)
+{
+	int ret;
+
+	errno = 0;
+	ret = ibv_rereg_mr(mr, flags, pd, addr, length, access);
+	*err = errno;
+	if (ret == 0)
+		return 0;
+	if (*err == 0)
+		*err = ret > 0 ? ret : EIO;
+	if (ret < IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW || ret > 0)
+		return IBV_REREG_MR_ERR_CMD;
+	return ret;
+}
+
 const struct mrmgr__backend mrmgr__backend_verbs = {
 	.name = "verbs",
 	.query_device = verbs_query_device,
 	.reg_mr = verbs_reg_mr,
 	.dereg_mr = verbs_dereg_mr,
-	.rereg_mr = NULL,
+	.rereg_mr = verbs_rereg_mr,
 	.advise_mr = verbs_advise_mr,
 };

@@ -7,8 +7,10 @@
  *   the calling thread's stripe of the region. Anything unusual (a miss, a
  *   tree change under the walk, a region being evicted) falls to the slow
  *   path, which runs under the cache lock: look again, widen the range over
- *   overlapping and adjacent regions (merge), evict least-recently-used
- *   idle regions to stay within the limits, register, publish.
+ *   overlapping and adjacent regions (merge), let grow.c grow the one region
+ *   absorbed in place (ibv_rereg_mr) or widen the span (headroom), evict
+ *   least-recently-used idle regions to stay within the limits, register,
+ *   publish.
  *   mrmgr_put() drops the reference on its stripe; only when the region is
  *   no longer live (invalidated, merged away, uncached) does it take the
  *   lock to see whether it was the last one and deregister.
@@ -40,6 +42,7 @@
 
 #include "cache.h"
 #include "config_env.h"
+#include "grow.h"
 #include "log.h"
 
 #define HIT_ATTEMPTS 4
@@ -176,14 +179,27 @@ static void tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 
 /*
  * Take a live region out of the cache for good (invalidation, merge). It is
- * deregistered now if idle, else at its last put.
+ * deregistered now if idle, else at its last put. Returns 1 when it was idle.
  */
-static void region_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
+static int region_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
 	tree_remove(c, r);
-	if (mrmgr__region_refs(r, c->nstripes) == 0)
-		region_release(c, r);
+	if (mrmgr__region_refs(r, c->nstripes) != 0)
+		return 0;
+	region_release(c, r);
+	return 1;
+}
+
+/* Make a region that is out of the tree live again. */
+static void region_publish(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
+	seq_write_begin(c);
+	mrmgr__itree_insert(&c->tree, &r->node);
+	seq_write_end(c);
+	lru_append(c, r);
+	c->ncached++;
 }
 
 /* Evict r if idle. Returns 1 when it was evicted. */
@@ -235,18 +251,27 @@ static void evict_all_idle(struct mrmgr_cache *c)
 }
 
 /*
+ * Evict until n more regions of len more bytes fit the limits. Returns 0
+ * when they cannot (everything left is in use).
+ */
+static int make_room_for(struct mrmgr_cache *c, uint64_t n, uint64_t len)
+{
+	if (len > c->cfg.max_bytes || (n && c->cfg.max_regions == 0))
+		return 0;
+	while (c->nregions + n > c->cfg.max_regions ||
+	       c->pinned_bytes + len > c->cfg.max_bytes)
+		if (!evict_one(c))
+			return 0;
+	return 1;
+}
+
+/*
  * Evict until a region of len bytes fits the limits. Returns 0 when it
  * cannot (everything left is in use), and then the caller does not cache.
  */
 static int make_room(struct mrmgr_cache *c, uint64_t len)
 {
-	if (len > c->cfg.max_bytes || c->cfg.max_regions == 0)
-		return 0;
-	while (c->nregions + 1 > c->cfg.max_regions ||
-	       c->pinned_bytes + len > c->cfg.max_bytes)
-		if (!evict_one(c))
-			return 0;
-	return 1;
+	return make_room_for(c, 1, len);
 }
 
 /* ------------------------------------------------------------ lookup */
@@ -387,9 +412,12 @@ static int do_reg(struct mrmgr_cache *c, uint64_t start, uint64_t len,
 	return ret;
 }
 
-/* Register [start, last] for a get that missed; called with the lock. */
+/*
+ * Register [start, last] for a get that missed; called with the lock.
+ * gflags: enum mrmgr__get_flags.
+ */
 static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
-		unsigned int access, unsigned int slot,
+		unsigned int access, unsigned int slot, unsigned int gflags,
 		struct mrmgr_region **out)
 {
 	uint64_t rs = start, rl = last;
@@ -401,14 +429,24 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	struct mrmgr_region *r;
 	int ret;
 
-	if (cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE)) {
+	if (cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE) &&
+	    !(gflags & MRMGR__GET_NO_MERGE)) {
 		/* ODP regions pin nothing: max_bytes does not bound them. */
 		uint64_t limit = c->odp.mode != MRMGR_ODP_OFF ? UINT64_MAX
 							 : c->cfg.max_bytes;
 
 		if (c->caps.max_mr_size && c->caps.max_mr_size < limit)
 			limit = c->caps.max_mr_size;
+		/* Also true for a region inside the request: it is absorbed. */
 		merged = merge_span(c, &rs, &rl, &racc, limit);
+	}
+	if (merged && !(gflags & MRMGR__GET_NO_GROW)) {
+		/* Growth and access upgrades: rereg the one region in place,
+		 * or widen the span by the headroom policy (grow.c). */
+		ret = mrmgr__grow_miss(c, start, last, slot, &rs, &rl, &racc,
+				       out);
+		if (ret != MRMGR__GROW_PASS)
+			return ret;
 	}
 	if (c->odp.mode != MRMGR_ODP_OFF) {
 		ret = mrmgr__odp_miss(c, start, last, access, &rs, &rl, &racc,
@@ -472,6 +510,7 @@ have_mr:
 	}
 	r->mr = mr;
 	r->kind = kind;
+	r->flags = 0;
 	r->gen = ++c->next_gen;
 	/* A stale reader may still look at a recycled region. */
 	MRMGR__WRITE_ONCE(r->node.start, rs);
@@ -493,18 +532,15 @@ have_mr:
 		*out = r;
 		return 0;
 	}
-	/* Everything the new region covers goes; its users keep their MRs. */
+	/* Everything the new region covers goes; its users keep their MRs
+	 * (make-before-break) and deregister them at their last put. */
 	for (struct mrmgr__itree_node *n;
 	     merged && (n = mrmgr__itree_first_overlap(&c->tree, rs, rl));) {
-		region_detach(c, node_region(n));
+		if (!region_detach(c, node_region(n)))
+			c->st.make_before_break++;
 		c->st.merges++;
 	}
-	mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
-	seq_write_begin(c);
-	mrmgr__itree_insert(&c->tree, &r->node);
-	seq_write_end(c);
-	lru_append(c, r);
-	c->ncached++;
+	region_publish(c, r);
 	*out = r;
 	return 0;
 }
@@ -529,17 +565,17 @@ static int check_range(const char *fn, const void *addr, size_t length,
 	return 0;
 }
 
-static int check_access(unsigned int access)
+static int check_access(const char *fn, unsigned int access)
 {
 	if (access & ~(unsigned int)KNOWN_ACCESS) {
-		mrmgr__err("mrmgr_get: unsupported access bits %#x",
+		mrmgr__err("%s: unsupported access bits %#x", fn,
 			   access & ~(unsigned int)KNOWN_ACCESS);
 		return EINVAL;
 	}
 	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
 	    !(access & IBV_ACCESS_LOCAL_WRITE)) {
-		mrmgr__err("mrmgr_get: REMOTE_WRITE and REMOTE_ATOMIC need "
-			   "LOCAL_WRITE (access %#x)", access);
+		mrmgr__err("%s: REMOTE_WRITE and REMOTE_ATOMIC need "
+			   "LOCAL_WRITE (access %#x)", fn, access);
 		return EINVAL;
 	}
 	return 0;
@@ -561,7 +597,7 @@ static int get(struct mrmgr_cache *c, void *addr, size_t length,
 	ret = check_range("mrmgr_get", addr, length,
 			  ((uint64_t)1 << c->page_shift) - 1, &start, &last);
 	if (!ret)
-		ret = check_access(access);
+		ret = check_access("mrmgr_get", access);
 	if (ret)
 		return ret;
 
@@ -575,23 +611,32 @@ static int get(struct mrmgr_cache *c, void *addr, size_t length,
 	}
 
 	pthread_mutex_lock(&c->lock);
-	r = (c->flags & MRMGR_CACHE_DISABLE)
-		    ? NULL
-		    : lookup_locked(c, start, last, access);
+	ret = mrmgr__cache_get_locked(c, start, last, access, slot, 0, &r);
+	pthread_mutex_unlock(&c->lock);
+	if (!ret)
+		*region = r;
+	return ret;
+}
+
+int mrmgr__cache_get_locked(struct mrmgr_cache *c, uint64_t start,
+			    uint64_t last, unsigned int access,
+			    unsigned int slot, unsigned int gflags,
+			    struct mrmgr_region **out)
+{
+	struct mrmgr_region *r = (c->flags & MRMGR_CACHE_DISABLE)
+					 ? NULL
+					 : lookup_locked(c, start, last, access);
+
 	if (r) {
 		/* Another thread registered it meanwhile. */
 		__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
 		mark_used(&r->stripes[slot]);
 		c->st.hits++;
-		ret = 0;
-	} else {
-		c->st.misses++;
-		ret = miss(c, start, last, access, slot, &r);
+		*out = r;
+		return 0;
 	}
-	pthread_mutex_unlock(&c->lock);
-	if (!ret)
-		*region = r;
-	return ret;
+	c->st.misses++;
+	return miss(c, start, last, access, slot, gflags, out);
 }
 
 MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *c, void *addr, size_t length,
@@ -646,7 +691,6 @@ void mrmgr__cache_put_slow(struct mrmgr_cache *c, struct mrmgr_region *r)
 MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *c, void *addr, size_t length)
 {
 	uint64_t start, last;
-	struct mrmgr__itree_node *n;
 	int ret;
 
 	if (!c) {
@@ -658,12 +702,20 @@ MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *c, void *addr, size_t length)
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&c->lock);
+	mrmgr__cache_invalidate_locked(c, start, last);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+void mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
+				    uint64_t last)
+{
+	struct mrmgr__itree_node *n;
+
 	while ((n = mrmgr__itree_first_overlap(&c->tree, start, last))) {
 		region_detach(c, node_region(n));
 		c->st.invalidations++;
 	}
-	pthread_mutex_unlock(&c->lock);
-	return 0;
 }
 
 static unsigned int stripes_for_this_machine(void)
@@ -727,6 +779,7 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 	c->region_size = sizeof(struct mrmgr_region) +
 			 c->nstripes * sizeof(struct mrmgr__ref_stripe);
 	c->lru.prev = c->lru.next = &c->lru;
+	c->bufs.prev = c->bufs.next = &c->bufs;
 	mrmgr__itree_init(&c->tree);
 	pthread_mutex_init(&c->lock, NULL);
 	ret = mrmgr__odp_init(c);
@@ -736,6 +789,7 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 		free(c);
 		return ret;
 	}
+	mrmgr__grow_init(c);
 	mrmgr__info("cache on %s (%s backend): at most %llu regions, %llu "
 		    "bytes; merge %s, caching %s",
 		    caps.name, be->name, (unsigned long long)cfg.max_regions,
@@ -773,6 +827,12 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
 			   "put them first", (unsigned long long)busy);
 		return EBUSY;
 	}
+	if (c->bufs.next != &c->bufs) {
+		pthread_mutex_unlock(&c->lock);
+		mrmgr__err("mrmgr_cache_destroy: buffers still use the cache; "
+			   "destroy them first");
+		return EBUSY;
+	}
 	while (c->lru.next != &c->lru) {
 		struct mrmgr_region *r = lru_region(c->lru.next);
 
@@ -789,4 +849,85 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 	return 0;
+}
+
+/* ------------------------------------------------ for grow.c and buf.c */
+
+int mrmgr__cache_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	/*
+	 * region_try_evict()'s protocol: once the stripes add up to zero
+	 * after the state store, every later hit sees the region not live
+	 * and backs off, so nobody can be using its MR, range or access
+	 * while grow.c changes them out of the tree. It goes back in (or is
+	 * released) before the lock is dropped.
+	 */
+	mrmgr__region_set_state(r, MRMGR__REGION_EVICTING);
+	if (mrmgr__region_refs(r, c->nstripes) != 0) {
+		mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
+		return 0;
+	}
+	tree_remove(c, r);
+	return 1;
+}
+
+void mrmgr__cache_publish(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	region_publish(c, r);
+}
+
+int mrmgr__cache_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	return region_detach(c, r);
+}
+
+void mrmgr__cache_release(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	region_release(c, r);
+}
+
+void mrmgr__cache_unref_locked(struct mrmgr_cache *c, struct mrmgr_region *r,
+			       unsigned int slot)
+{
+	__atomic_fetch_sub(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
+	if (mrmgr__region_state(r) == MRMGR__REGION_DETACHED &&
+	    mrmgr__region_refs(r, c->nstripes) == 0)
+		region_release(c, r);
+}
+
+int mrmgr__cache_make_room(struct mrmgr_cache *c, uint64_t regions,
+			   uint64_t bytes)
+{
+	return make_room_for(c, regions, bytes);
+}
+
+void mrmgr__cache_each_cached(struct mrmgr_cache *c,
+			      void (*fn)(struct mrmgr_cache *c,
+					 struct mrmgr_region *r, void *arg),
+			      void *arg)
+{
+	struct mrmgr__lru_link todo;
+
+	if (c->lru.next == &c->lru)
+		return;
+	/* Move the list aside; each region rejoins the cache's list before
+	 * fn sees it, so fn finds it linked as usual, and regions fn
+	 * publishes are not visited again. */
+	todo.next = c->lru.next;
+	todo.prev = c->lru.prev;
+	todo.next->prev = &todo;
+	todo.prev->next = &todo;
+	c->lru.next = c->lru.prev = &c->lru;
+	while (todo.next != &todo) {
+		struct mrmgr_region *r = lru_region(todo.next);
+
+		lru_unlink(r);
+		lru_append(c, r);
+		fn(c, r, arg);
+	}
+}
+
+int mrmgr__cache_check_access(const char *fn, unsigned int access)
+{
+	return check_access(fn, access);
 }

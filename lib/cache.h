@@ -58,6 +58,8 @@ struct mrmgr_cache {
 	uint64_t next_gen;
 	struct mrmgr_stats st;           /* slow-path counters */
 	struct mrmgr__odp odp;           /* ODP mode, implicit MR (odp.c) */
+	int rereg;                       /* grow.c: enum mrmgr__rereg_verdict */
+	struct mrmgr__lru_link bufs;     /* buf.c: the cache's buffers */
 
 	struct mrmgr__slot_stats *slots; /* nstripes of them */
 };
@@ -67,5 +69,55 @@ void mrmgr__cache_put_slow(struct mrmgr_cache *c, struct mrmgr_region *r);
 
 /* Regions callers hold now; O(n), call with the lock held. */
 uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c);
+
+/*
+ * The cache's own steps, for grow.c and buf.c. All with the lock held.
+ */
+
+/* Flags of mrmgr__cache_get_locked(). */
+enum mrmgr__get_flags {
+	MRMGR__GET_NO_GROW = 1u << 0,  /* no in-place rereg, no headroom */
+	MRMGR__GET_NO_MERGE = 1u << 1, /* register exactly [start, last] */
+};
+
+/* mrmgr_get() after the hit path: look again, else register. */
+int mrmgr__cache_get_locked(struct mrmgr_cache *c, uint64_t start,
+			    uint64_t last, unsigned int access,
+			    unsigned int slot, unsigned int gflags,
+			    struct mrmgr_region **out);
+/*
+ * Take a live region out of hit reach if it is idle, by the eviction
+ * protocol (state first, then the stripes), then out of the tree and off
+ * the LRU. Returns 1 when done; 0, leaving it live, when it is held.
+ */
+int mrmgr__cache_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Put a region that is out of the tree back in: live, on the LRU. */
+void mrmgr__cache_publish(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Detach a live region for good; returns 1 when it was idle and released. */
+int mrmgr__cache_detach(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Deregister and recycle an idle region that is out of the tree. */
+void mrmgr__cache_release(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Drop a reference on slot; release the region if that freed it. */
+void mrmgr__cache_unref_locked(struct mrmgr_cache *c, struct mrmgr_region *r,
+			       unsigned int slot);
+/* mrmgr_invalidate() of [start, last]. */
+void mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
+				    uint64_t last);
+/*
+ * Evict idle regions until regions more regions and bytes more bytes fit
+ * the limits; 0 when they cannot.
+ */
+int mrmgr__cache_make_room(struct mrmgr_cache *c, uint64_t regions,
+			   uint64_t bytes);
+/*
+ * Call fn once on every region cached when it starts, oldest first; fn may
+ * quiesce, detach or publish the region it is given (and nothing else).
+ */
+void mrmgr__cache_each_cached(struct mrmgr_cache *c,
+			      void (*fn)(struct mrmgr_cache *c,
+					 struct mrmgr_region *r, void *arg),
+			      void *arg);
+/* mrmgr_get()'s access check (EINVAL and a log line). */
+int mrmgr__cache_check_access(const char *fn, unsigned int access);
 
 #endif /* MRMGR__CACHE_H */

@@ -20,7 +20,9 @@
 #define KNOWN_ATTR_MASK                                                   \
 	(MRMGR_CACHE_ATTR_MAX_REGIONS | MRMGR_CACHE_ATTR_MAX_BYTES |       \
 	 MRMGR_CACHE_ATTR_FLAGS | MRMGR_CACHE_ATTR_ODP)
-#define KNOWN_FLAGS (MRMGR_CACHE_NO_MERGE | MRMGR_CACHE_DISABLE)
+#define KNOWN_FLAGS                                                       \
+	(MRMGR_CACHE_NO_MERGE | MRMGR_CACHE_DISABLE |                      \
+	 MRMGR_CACHE_NO_HEADROOM | MRMGR_CACHE_NO_REREG)
 #define DEFAULT_MAX_REGIONS_CAP (1u << 20)
 
 int mrmgr__parse_size(const char *s, uint64_t *out)
@@ -201,6 +203,12 @@ int mrmgr__cache_config_resolve(struct mrmgr__cache_config *cfg,
 		cfg->odp_flags = b ? cfg->odp_flags | MRMGR_ODP_AUTO_PREFETCH
 				   : cfg->odp_flags &
 					     ~(uint32_t)MRMGR_ODP_AUTO_PREFETCH;
+	if (env_bool("MRMGR_GROW_HEADROOM", &b))
+		cfg->flags = b ? cfg->flags & ~(uint64_t)MRMGR_CACHE_NO_HEADROOM
+			       : cfg->flags | MRMGR_CACHE_NO_HEADROOM;
+	if (env_bool("MRMGR_REREG", &b))
+		cfg->flags = b ? cfg->flags & ~(uint64_t)MRMGR_CACHE_NO_REREG
+			       : cfg->flags | MRMGR_CACHE_NO_REREG;
 
 	if (!cfg->max_regions) {
 		cfg->max_regions = caps->max_mr ? caps->max_mr

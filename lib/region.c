@@ -69,3 +69,8 @@ MRMGR_EXPORT unsigned int mrmgr_region_access(const mrmgr_region_t *region)
 {
 	return region ? region->access : 0;
 }
+
+MRMGR_EXPORT uint64_t mrmgr_region_generation(const mrmgr_region_t *region)
+{
+	return region ? region->gen : 0;
+}

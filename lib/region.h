@@ -45,6 +45,18 @@ enum mrmgr__region_kind {
 				   * no MR of its own, never deregistered */
 };
 
+/*
+ * Bits of mrmgr_region::flags: what backs the MR beyond plain pinned
+ * memory. grow.c never re-registers such a region in place (a translation
+ * rereg makes a shared MR private; peer memory and dma-buf MRs have no
+ * user translation to change): they grow by make-before-break.
+ */
+enum mrmgr__region_flags {
+	MRMGR__REGION_SHARED = 1u << 0, /* shared with other PDs or processes */
+	MRMGR__REGION_PEER = 1u << 1,   /* peer memory or dma-buf */
+	MRMGR__REGION_BUFFER = 1u << 2, /* a growable buffer's (buf.c) */
+};
+
 /* One thread slot's share of a region: its own cache line. */
 struct mrmgr__ref_stripe {
 	_Alignas(MRMGR__CACHELINE) int64_t refs; /* may go negative: puts
@@ -64,7 +76,9 @@ struct mrmgr_region {
 	unsigned int access;
 	int state;                     /* enum mrmgr__region_state, atomic */
 	int kind;                      /* enum mrmgr__region_kind */
-	uint64_t gen;                  /* cache-wide registration number */
+	unsigned int flags;            /* enum mrmgr__region_flags */
+	uint64_t gen;                  /* cache-wide registration number;
+					* a new one at every in-place rereg */
 	struct mrmgr__lru_link lru;    /* cache lock; only LIVE regions */
 	struct mrmgr_region *free_next;
 	/* nstripes entries follow; the header is padded to a line. */

@@ -64,6 +64,8 @@ extern "C" {
 typedef struct mrmgr_cache mrmgr_cache_t;
 /** A registered range handed out by mrmgr_get(). Opaque. */
 typedef struct mrmgr_region mrmgr_region_t;
+/** A growable registered buffer (mrmgr_buf_create()). Opaque. */
+typedef struct mrmgr_buf mrmgr_buf_t;
 
 /** Bits of mrmgr_cache_attr::comp_mask: which fields are valid. */
 enum mrmgr_cache_attr_mask {
@@ -92,6 +94,20 @@ enum mrmgr_cache_flags {
 	 * mrmgr_put() deregisters. Useful to compare against, or to debug.
 	 */
 	MRMGR_CACHE_DISABLE = 1u << 1,
+	/**
+	 * No growth headroom: when a get grows a cached region, register
+	 * exactly the grown span instead of at least doubling the region
+	 * (within its mapping). See doc/growth.md.
+	 */
+	MRMGR_CACHE_NO_HEADROOM = 1u << 2,
+	/**
+	 * Never use ibv_rereg_mr(): growth, access upgrades, PD moves and
+	 * buffer resizes register anew instead (an idle region is
+	 * deregistered first, a held one is left to its holders:
+	 * make-before-break). What the cache does anyway on devices without
+	 * rereg (rxe, siw).
+	 */
+	MRMGR_CACHE_NO_REREG = 1u << 3,
 };
 
 /**
@@ -170,6 +186,15 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *cache);
  * ::MRMGR_CACHE_NO_MERGE), evicting least-recently-used idle regions to stay
  * within its limits. When registration fails with @c ENOMEM or @c EAGAIN it
  * evicts every idle region and tries once more.
+ *
+ * Growth: a request that extends one cached region (or needs access it
+ * lacks) grows that region instead of registering a second, overlapping
+ * one: in place with ibv_rereg_mr() when nobody holds it and the device
+ * can (the same region is returned, with a new
+ * mrmgr_region_generation() and possibly new keys), else by
+ * make-before-break (a new region; holders of the old one keep it until
+ * their put). A grown region is given headroom: at least twice its old
+ * length, within its mapping (see ::MRMGR_CACHE_NO_HEADROOM).
  *
  * The returned region is referenced: it stays registered, and its keys stay
  * valid, until the matching mrmgr_put(), even if the range is invalidated
@@ -250,6 +275,112 @@ MRMGR_EXPORT void *mrmgr_region_addr(const mrmgr_region_t *region);
 MRMGR_EXPORT size_t mrmgr_region_length(const mrmgr_region_t *region);
 /** The @c ibv_access_flags the region was registered with. */
 MRMGR_EXPORT unsigned int mrmgr_region_access(const mrmgr_region_t *region);
+/**
+ * The region's registration number: unique in its cache, and new whenever
+ * the registration changes (a region re-registered in place by growth,
+ * access upgrade or PD move keeps its handle but gets a new generation,
+ * and possibly new keys). Compare generations, not handles, to tell
+ * whether keys sent to a peer earlier are still the ones in force.
+ */
+MRMGR_EXPORT uint64_t mrmgr_region_generation(const mrmgr_region_t *region);
+
+/**
+ * Move the cache, and every region and buffer in it, to another protection
+ * domain of the same device.
+ *
+ * Idle regions are re-registered in place (@c IBV_REREG_MR_CHANGE_PD; on
+ * mlx5 they keep their keys); where the device cannot, they are dropped
+ * and registered again in the new PD by the next get. Regions in use stay
+ * with their holders, in the old PD, until their put; new gets register
+ * in the new PD (make-before-break). Buffers (mrmgr_buf_create()) follow
+ * at once and get a new mrmgr_buf_generation() when their registration
+ * changed.
+ *
+ * Gets that complete after this returns get regions in @p pd; gets racing
+ * with it may get either PD. It must not race mrmgr_buf_resize() on the
+ * cache's buffers. The old PD must outlive the regions held at the time of
+ * the move; @p pd must outlive the cache.
+ *
+ * @return 0; @c EINVAL for NULL arguments or a PD of another device; or
+ *         the error of re-registering a buffer (that buffer is then left
+ *         without a registration until its next mrmgr_buf_resize()).
+ */
+MRMGR_EXPORT int mrmgr_cache_move_pd(mrmgr_cache_t *cache, struct ibv_pd *pd);
+
+/**
+ * Create a growable registered buffer of @p size bytes (0 is allowed)
+ * with at least @p access, registered through @p cache.
+ *
+ * The library maps the memory (anonymous, zero-filled, page-aligned) and
+ * keeps it registered through every mrmgr_buf_resize(): capacity doubles
+ * as the size outgrows it, so a stream of small growths costs O(log n)
+ * re-registrations. Gets on buffer memory hit its region.
+ *
+ * @par Keys and peers
+ * A resize that changes the capacity may move the buffer and change its
+ * keys (re-registration in place keeps them on some devices, never
+ * promise it): compare mrmgr_buf_generation() before and after, and send
+ * the new address and rkey to peers before they access the buffer again.
+ * No RDMA operation may target the buffer while it is resized (the device
+ * revokes the old registration during the change).
+ *
+ * @par Thread safety
+ * A buffer is driven by one thread at a time: mrmgr_buf_resize() and
+ * mrmgr_buf_destroy() must not race any other call on the same buffer;
+ * the accessors may be called concurrently between them. Other threads
+ * must not use the buffer's memory during a resize. Different buffers,
+ * and the cache itself, may be used concurrently.
+ *
+ * @return 0; @c EINVAL (NULL arguments, bad access bits, overflow);
+ *         @c ENOMEM; or the registration's error.
+ */
+MRMGR_EXPORT int mrmgr_buf_create(mrmgr_cache_t *cache, size_t size,
+				  unsigned int access, mrmgr_buf_t **buf);
+
+/**
+ * Resize a buffer, with realloc() semantics: the contents up to the
+ * smaller of the old and new sizes are preserved; the data may move.
+ *
+ * Within the capacity nothing is re-registered. Growing past it doubles
+ * the capacity (or more, for a big step); shrinking to a quarter of it
+ * halves it (or more). The registration then follows: re-registered in
+ * place when nobody else holds the buffer's region and the device can,
+ * else registered anew while other holders keep the old registration until
+ * their put.
+ *
+ * @return 0; @c EINVAL; @c ENOMEM when the memory could not be resized
+ *   (the buffer is unchanged); or a registration error: the memory has
+ *   been resized (contents preserved) but the buffer has no registration
+ *   (mrmgr_buf_mr() returns NULL, the keys 0) until a later resize, of
+ *   any size, succeeds.
+ */
+MRMGR_EXPORT int mrmgr_buf_resize(mrmgr_buf_t *buf, size_t new_size);
+
+/**
+ * Destroy a buffer: its registration is dropped from the cache (holders of
+ * its region keep it until their put) and its memory unmapped.
+ * Buffers must be destroyed before their cache.
+ * @return 0 or @c EINVAL for NULL.
+ */
+MRMGR_EXPORT int mrmgr_buf_destroy(mrmgr_buf_t *buf);
+
+/** The buffer's memory (changes when a resize moves it). */
+MRMGR_EXPORT void *mrmgr_buf_data(const mrmgr_buf_t *buf);
+/** The size last asked for. */
+MRMGR_EXPORT size_t mrmgr_buf_size(const mrmgr_buf_t *buf);
+/** Bytes mapped and registered (a page multiple, at least the size). */
+MRMGR_EXPORT size_t mrmgr_buf_capacity(const mrmgr_buf_t *buf);
+/** The buffer's MR (covering the whole capacity), or NULL without one. */
+MRMGR_EXPORT struct ibv_mr *mrmgr_buf_mr(const mrmgr_buf_t *buf);
+/** The buffer's local key, or 0 without a registration. */
+MRMGR_EXPORT uint32_t mrmgr_buf_lkey(const mrmgr_buf_t *buf);
+/** The buffer's remote key, or 0 without a registration. */
+MRMGR_EXPORT uint32_t mrmgr_buf_rkey(const mrmgr_buf_t *buf);
+/**
+ * A number that changes whenever the buffer's registration (and so
+ * possibly its keys or address) changes.
+ */
+MRMGR_EXPORT uint64_t mrmgr_buf_generation(const mrmgr_buf_t *buf);
 
 /**
  * Cache statistics. Fields are only ever added at the end; pass
@@ -282,6 +413,37 @@ struct mrmgr_stats {
 	uint64_t prefetch_retries;  /**< ibv_advise_mr() calls repeated after @c EAGAIN */
 	uint64_t odp_bytes;         /**< bytes of explicit ODP regions now registered (not in pinned_bytes, not held against max_bytes) */
 	uint64_t implicit_views;    /**< implicit-mode regions made without a registration, in total */
+	/* Added with growth and re-registration. */
+	/** growth requests: gets that extend a cached region, buffer
+	 *  capacity changes */
+	uint64_t grows;
+	/** ibv_rereg_mr() calls on regions (the probe not included) */
+	uint64_t rereg_attempts;
+	/** of which succeeded (including IBV_REREG_MR_ERR_DO_FORK_OLD) */
+	uint64_t rereg_successes;
+	/** not rereg'd: the device cannot (probed, or it said EOPNOTSUPP or
+	 *  ENOSYS) */
+	uint64_t rereg_fallback_unsupported;
+	/** not rereg'd: held by a caller (make-before-break instead) */
+	uint64_t rereg_fallback_in_use;
+	/** not rereg'd: a shared, peer-memory or dma-buf MR */
+	uint64_t rereg_fallback_shared;
+	/** rereg failed with the old MR still valid (ERR_INPUT,
+	 *  ERR_DONT_FORK_NEW): registered anew, old one released */
+	uint64_t rereg_fallback_input;
+	/** rereg failed leaving an unusable MR (ERR_CMD,
+	 *  ERR_CMD_AND_DO_FORK_NEW): deregistered, registered anew */
+	uint64_t rereg_fallback_cmd;
+	/** rereg done but the old range's fork state not restored
+	 *  (ERR_DO_FORK_OLD) */
+	uint64_t rereg_fork_errors;
+	/** scratch-MR probes of the device's rereg support */
+	uint64_t rereg_probes;
+	/** regions replaced while in use: the new one published, the old
+	 *  one deregistered at its last put */
+	uint64_t make_before_break;
+	/** bytes registered beyond growth requests by the headroom policy */
+	uint64_t headroom_bytes;
 };
 
 /**

@@ -164,6 +164,50 @@ MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
 MRMGR_EXPORT int mrmgr_sim_dereg_mr(struct ibv_mr *mr);
 
 /**
+ * Re-register an MR in place, as ibv_rereg_mr() does on the personality
+ * being modelled.
+ *
+ * The "mlx5-like" personality implements every flag of
+ * @c enum @c ibv_rereg_mr_flags: @c IBV_REREG_MR_CHANGE_TRANSLATION pins
+ * the new range (charging the memlock budget for it while the old range is
+ * still pinned, as the kernel does), then lets the old pages go;
+ * @c IBV_REREG_MR_CHANGE_ACCESS and @c IBV_REREG_MR_CHANGE_PD keep the
+ * keys; a translation keeps them while the new page count fits the key's
+ * slot (the next power of two at or above the page count the keys were
+ * made for) and gets new keys otherwise. While the call runs the MR
+ * refuses simulated access (@c ENOENT), as a real MR is revoked during it.
+ * The "rxe-like" personality fails every call with
+ * @c IBV_REREG_MR_ERR_CMD and errno @c EOPNOTSUPP, leaving the MR as it
+ * was, exactly as rdma_rxe does.
+ *
+ * Unlike ibv_rereg_mr(), and like every libmrmgr call, this returns a
+ * positive errno; the code ibv_rereg_mr() would have returned goes to
+ * @p code, and says what state the MR is in afterwards:
+ *  - @c IBV_REREG_MR_ERR_INPUT, @c IBV_REREG_MR_ERR_DONT_FORK_NEW: the MR
+ *    is unchanged and valid;
+ *  - @c IBV_REREG_MR_ERR_DO_FORK_OLD: the change was made and is valid;
+ *  - @c IBV_REREG_MR_ERR_CMD, @c IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW: the
+ *    MR must not be used (the sim refuses access through its keys) and
+ *    must still be deregistered.
+ * Fault injection (::MRMGR_SIM_OP_REREG) can produce each of them.
+ *
+ * @param mr      a live MR of a simulated device.
+ * @param flags   bits of @c enum @c ibv_rereg_mr_flags.
+ * @param pd      the new PD (same device) with @c IBV_REREG_MR_CHANGE_PD.
+ * @param addr    the new start with @c IBV_REREG_MR_CHANGE_TRANSLATION.
+ * @param length  the new length, likewise.
+ * @param access  the new access with @c IBV_REREG_MR_CHANGE_ACCESS, else 0.
+ * @param code    receives 0 or the negative @c enum
+ *                @c ibv_rereg_mr_err_code; may be NULL.
+ * @return 0, or a positive errno: @c EINVAL for bad arguments, @c EFAULT
+ *         for memory that cannot be pinned, @c ENOMEM over the budget,
+ *         @c EOPNOTSUPP on the rxe-like personality, or an injected one.
+ */
+MRMGR_EXPORT int mrmgr_sim_rereg_mr(struct ibv_mr *mr, int flags,
+				    struct ibv_pd *pd, void *addr,
+				    size_t length, int access, int *code);
+
+/**
  * A simulated RDMA WRITE of @p len bytes from @p src to @p remote_addr
  * through @p rkey, as a remote peer in @p pd's context would issue it.
  *
@@ -227,6 +271,19 @@ enum mrmgr_sim_op {
 	 * advice (in place of @c access).
 	 */
 	MRMGR_SIM_OP_ADVISE = 2,
+	/**
+	 * re-registration (mrmgr_sim_rereg_mr()): fails with
+	 * mrmgr_sim_fault::err as errno and mrmgr_sim_fault::rereg_code
+	 * (default @c IBV_REREG_MR_ERR_CMD), leaving the MR in the state that
+	 * code promises.
+	 */
+	MRMGR_SIM_OP_REREG = 3,
+};
+
+/** Bits of mrmgr_sim_fault::comp_mask. */
+enum mrmgr_sim_fault_mask {
+	/** mrmgr_sim_fault::rereg_code is set. */
+	MRMGR_SIM_FAULT_REREG_CODE = 1u << 0,
 };
 
 /** Predicate for fault injection: nonzero means "fail this one". */
@@ -235,7 +292,7 @@ typedef int (*mrmgr_sim_fault_pred)(void *arg, void *addr, size_t length,
 
 /** A fault to inject. */
 struct mrmgr_sim_fault {
-	uint64_t comp_mask;  /**< reserved, must be 0 */
+	uint64_t comp_mask;  /**< bits of enum mrmgr_sim_fault_mask */
 	uint32_t op;         /**< enum mrmgr_sim_op */
 	int err;             /**< positive errno to fail with */
 	/** Fail the Nth matching operation from now (1 = the next one). */
@@ -244,6 +301,12 @@ struct mrmgr_sim_fault {
 	uint64_t count;
 	mrmgr_sim_fault_pred pred; /**< NULL: every operation matches */
 	void *pred_arg;            /**< passed to @c pred */
+	/**
+	 * For ::MRMGR_SIM_OP_REREG: the negative @c enum
+	 * @c ibv_rereg_mr_err_code to fail with (needs
+	 * ::MRMGR_SIM_FAULT_REREG_CODE; default @c IBV_REREG_MR_ERR_CMD).
+	 */
+	int rereg_code;
 };
 
 /**
@@ -276,6 +339,11 @@ struct mrmgr_sim_stats {
 	uint64_t advise_errors;     /**< of which failed */
 	uint64_t odp_faults;        /**< simulated ODP page faults */
 	uint64_t odp_prefetched_pages; /**< pages prefetches made present */
+	/* Added with growth and re-registration. */
+	uint64_t reregs;            /**< successful re-registrations */
+	uint64_t rereg_failures;    /**< re-registrations that failed */
+	uint64_t rereg_pages;       /**< pages pinned by re-registrations, in total */
+	uint64_t rereg_key_changes; /**< re-registrations that changed the keys */
 };
 
 /**

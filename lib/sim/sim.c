@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -386,10 +387,17 @@ MRMGR_EXPORT int mrmgr_sim_inject_fault(struct ibv_context *ctx,
 
 	if (!sctx)
 		return EINVAL;
-	if (!fault || fault->comp_mask || fault->op >= MRMGR__SIM_OP_COUNT ||
-	    fault->err <= 0 || fault->nth == 0) {
-		mrmgr__warn("sim_inject_fault: invalid fault (need comp_mask 0, "
-			    "a known op, err > 0, nth >= 1)");
+	if (!fault || (fault->comp_mask & ~(uint64_t)MRMGR_SIM_FAULT_REREG_CODE) ||
+	    fault->op >= MRMGR__SIM_OP_COUNT || fault->err <= 0 ||
+	    fault->nth == 0 ||
+	    ((fault->comp_mask & MRMGR_SIM_FAULT_REREG_CODE) &&
+	     (fault->op != MRMGR_SIM_OP_REREG ||
+	      fault->rereg_code < IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW ||
+	      fault->rereg_code > IBV_REREG_MR_ERR_INPUT))) {
+		mrmgr__warn("sim_inject_fault: invalid fault (need known "
+			    "comp_mask bits, a known op, err > 0, nth >= 1, a "
+			    "rereg_code only for rereg and within "
+			    "enum ibv_rereg_mr_err_code)");
 		return EINVAL;
 	}
 	pthread_mutex_lock(&sctx->lock);
@@ -398,7 +406,12 @@ MRMGR_EXPORT int mrmgr_sim_inject_fault(struct ibv_context *ctx,
 
 		if (s->armed)
 			continue;
-		s->f = *fault;
+		/* rereg_code is read only when its bit says the caller's
+		 * struct has it. */
+		memset(&s->f, 0, sizeof(s->f));
+		memcpy(&s->f, fault, offsetof(struct mrmgr_sim_fault, rereg_code));
+		if (fault->comp_mask & MRMGR_SIM_FAULT_REREG_CODE)
+			s->f.rereg_code = fault->rereg_code;
 		s->seen = 0;
 		s->fired = 0;
 		s->armed = 1;
@@ -424,6 +437,13 @@ MRMGR_EXPORT int mrmgr_sim_clear_faults(struct ibv_context *ctx)
 int mrmgr__sim_fault_check(struct mrmgr__sim_ctx *sctx, uint32_t op,
 			   void *addr, size_t length, unsigned int access)
 {
+	return mrmgr__sim_fault_check_code(sctx, op, addr, length, access, NULL);
+}
+
+int mrmgr__sim_fault_check_code(struct mrmgr__sim_ctx *sctx, uint32_t op,
+				void *addr, size_t length, unsigned int access,
+				int *rereg_code)
+{
 	int err = 0;
 
 	/*
@@ -443,6 +463,8 @@ int mrmgr__sim_fault_check(struct mrmgr__sim_ctx *sctx, uint32_t op,
 		if (err || s->seen < s->f.nth)
 			continue;
 		err = s->f.err;
+		if (rereg_code)
+			*rereg_code = s->f.rereg_code;
 		s->fired++;
 		if (s->f.count && s->fired >= s->f.count)
 			s->armed = 0;
@@ -521,6 +543,6 @@ const struct mrmgr__backend mrmgr__backend_sim = {
 	.query_device = sim_query_device,
 	.reg_mr = sim_backend_reg_mr,
 	.dereg_mr = sim_backend_dereg_mr,
-	.rereg_mr = NULL,
+	.rereg_mr = mrmgr__sim_backend_rereg,
 	.advise_mr = sim_backend_advise_mr,
 };

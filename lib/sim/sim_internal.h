@@ -39,7 +39,7 @@
  * advise, import) append to the enum and raise this; the fault table is
  * indexed by nothing else, so that is the only change fault injection needs.
  */
-#define MRMGR__SIM_OP_COUNT 3
+#define MRMGR__SIM_OP_COUNT 4
 
 /*
  * Keys are (index << 8) | key byte, as both mlx5 (mkey index + variant)
@@ -94,6 +94,14 @@ struct mrmgr__sim_mr {
 	unsigned int access;
 	uint64_t span;         /* page-aligned start of the pinned span */
 	uint64_t npages;       /* pages in the span */
+	/*
+	 * Re-registration (sim_rereg.c): the page count the keys' slot was
+	 * sized for (0: the next power of two of npages), and whether a
+	 * failed rereg command left the MR unusable (its keys then refuse
+	 * access; only dereg is allowed).
+	 */
+	uint64_t key_pages;
+	int dead;
 	/*
 	 * Page identity: the PFN of each page at registration and the pipes
 	 * whose buffers hold those pages. pfns == NULL: not checked (NO_PIN,
@@ -153,6 +161,10 @@ struct mrmgr__sim_pd *mrmgr__sim_pd_get(struct ibv_pd *pd);
  */
 int mrmgr__sim_fault_check(struct mrmgr__sim_ctx *sctx, uint32_t op,
 			   void *addr, size_t length, unsigned int access);
+/* The same, also giving the fault's rereg_code (0 when it has none). */
+int mrmgr__sim_fault_check_code(struct mrmgr__sim_ctx *sctx, uint32_t op,
+				void *addr, size_t length, unsigned int access,
+				int *rereg_code);
 
 /* sim_mr.c */
 /* The live MR of sctx whose rkey is rkey, or NULL. Lock held. */
@@ -181,6 +193,21 @@ void mrmgr__sim_odp_free(struct mrmgr__sim_mr *m);
  */
 int mrmgr__sim_odp_access(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m,
 			  uint64_t va, size_t len, int write, uint64_t *wait_ns);
+
+/* Shared with sim_rereg.c; see the static functions they wrap. */
+int mrmgr__sim_pin(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m,
+		   int *unverified);
+int mrmgr__sim_populate(uint64_t va, uint64_t len, int write);
+uint64_t mrmgr__sim_cost_ns(uint64_t fixed, uint64_t per_page, uint64_t pages);
+/* The live, registered sim MR behind mr, or NULL. Lock held. */
+struct mrmgr__sim_mr *mrmgr__sim_mr_live(struct mrmgr__sim_ctx *sctx,
+					 struct ibv_mr *mr);
+/* Give m new keys (a new slot), freeing the old. Lock held. */
+int mrmgr__sim_keys_renew(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m);
+
+/* sim_rereg.c: the backend seam's rereg_mr. */
+int mrmgr__sim_backend_rereg(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
+			     void *addr, size_t length, int access, int *err);
 
 /* sim_access.c */
 /*

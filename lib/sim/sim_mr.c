@@ -102,7 +102,7 @@ struct mrmgr__sim_mr *mrmgr__sim_mr_by_rkey(struct mrmgr__sim_ctx *s,
 	if (idx == 0 || idx >= s->hwm)
 		return NULL;
 	m = s->slots[idx].mr;
-	if (!m || !m->live || m->ibmr.rkey != rkey)
+	if (!m || !m->live || m->dead || m->ibmr.rkey != rkey)
 		return NULL;
 	return m;
 }
@@ -470,7 +470,7 @@ MRMGR_EXPORT int mrmgr_sim_dereg_mr(struct ibv_mr *mr)
 	return 0;
 }
 
-/* ------------------------------------------------- shared with sim_odp.c */
+/* ------------------------------------------- shared with sim_odp.c, sim_rereg.c */
 
 int mrmgr__sim_check_reg(const struct mrmgr__sim_ctx *s, void *addr,
 			 size_t length, unsigned int access)
@@ -488,7 +488,46 @@ void mrmgr__sim_slot_free(struct mrmgr__sim_ctx *s, uint32_t idx)
 	slot_free(s, idx);
 }
 
+int mrmgr__sim_pin(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m,
+		   int *unverified)
+{
+	return pin_pages(s, m, unverified);
+}
+
+int mrmgr__sim_populate(uint64_t va, uint64_t len, int write)
+{
+	return populate(va, len, write);
+}
+
+uint64_t mrmgr__sim_cost_ns(uint64_t fixed, uint64_t per_page, uint64_t pages)
+{
+	return cost_ns(fixed, per_page, pages);
+}
+
 void mrmgr__sim_busy_wait(uint64_t ns)
 {
 	busy_wait(ns);
+}
+
+struct mrmgr__sim_mr *mrmgr__sim_mr_live(struct mrmgr__sim_ctx *s,
+					 struct ibv_mr *mr)
+{
+	struct mrmgr__sim_mr *m = mrmgr__container_of(mr, struct mrmgr__sim_mr,
+						      ibmr);
+
+	if (m->magic != SIM_MR_MAGIC || m->index == 0 || m->index >= s->hwm ||
+	    s->slots[m->index].mr != m || !m->live)
+		return NULL;
+	return m;
+}
+
+int mrmgr__sim_keys_renew(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m)
+{
+	uint32_t old = m->index;
+	int ret = slot_alloc(s, m); /* sets index and keys only on success */
+
+	if (ret)
+		return ret;
+	slot_free(s, old);
+	return 0;
 }
