@@ -50,7 +50,8 @@ for t in "$@"; do
 	record "$t" "$status" "$(elapsed "$t0")"
 done
 
-# Programs that must print "device: <FIRST_DEVICE>" and exit 0.
+# Programs that must print "device: <FIRST_DEVICE>" and exit 0; with
+# EXPECT=regex in their environment, also a line matching it.
 run_example() { # name command...
 	local name=$1 out rc t0
 	shift
@@ -66,12 +67,17 @@ run_example() { # name command...
 	elif ! grep -q "^device: $FIRST_DEVICE\b" <<<"$out"; then
 		echo "guest-suite: $name did not run on $FIRST_DEVICE"
 		record "$name" FAIL "$(elapsed "$t0")"
+	elif [ -n "${EXPECT:-}" ] && ! grep -q -- "$EXPECT" <<<"$out"; then
+		echo "guest-suite: $name printed no line matching '$EXPECT'"
+		record "$name" FAIL "$(elapsed "$t0")"
 	else
 		record "$name" PASS "$(elapsed "$t0")"
 	fi
 }
 run_example examples/demo ./examples/demo --messages 3000
 run_example examples/basic_cache ./examples/basic_cache
+# rxe has no ODP: the example must say that it fell back to pinning.
+EXPECT='^fallback: ' run_example examples/odp_prefetch ./examples/odp_prefetch
 
 echo
 echo "==== summary ($DEVICE)"
