@@ -47,7 +47,6 @@
 
 #define HIT_ATTEMPTS 4
 #define HIT_MAX_STEPS 256
-#define MAX_STRIPES 64
 
 #define KNOWN_ACCESS                                                        \
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |                  \
@@ -98,15 +97,7 @@ static inline struct mrmgr_region *lru_region(struct mrmgr__lru_link *l)
 /* Clear the used flags of every stripe; returns whether any was set. */
 static int take_used(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	int used = 0;
-
-	for (unsigned int i = 0; i < c->nstripes; i++) {
-		if (MRMGR__READ_ONCE(r->stripes[i].used)) {
-			MRMGR__WRITE_ONCE(r->stripes[i].used, 0);
-			used = 1;
-		}
-	}
-	return used;
+	return mrmgr__region_take_used(r, c->nstripes);
 }
 
 /* ------------------------------------------------------------ regions */
@@ -130,10 +121,9 @@ static struct mrmgr_region *region_alloc(struct mrmgr_cache *c)
 		c->all = all;
 		c->all_cap = cap;
 	}
-	r = aligned_alloc(MRMGR__CACHELINE, c->region_size);
+	r = mrmgr__region_carve(&c->rslabs); /* zeroed */
 	if (!r)
 		return NULL;
-	memset(r, 0, c->region_size);
 	r->cache = c;
 	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
 	c->all[c->nall++] = r;
@@ -171,6 +161,7 @@ static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 static void tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	seq_write_begin(c);
+	mrmgr__lookup_remove(c, r);
 	mrmgr__itree_remove(&c->tree, &r->node);
 	seq_write_end(c);
 	lru_unlink(r);
@@ -197,6 +188,7 @@ static void region_publish(struct mrmgr_cache *c, struct mrmgr_region *r)
 	mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 	seq_write_begin(c);
 	mrmgr__itree_insert(&c->tree, &r->node);
+	mrmgr__lookup_insert(c, r);
 	seq_write_end(c);
 	lru_append(c, r);
 	c->ncached++;
@@ -286,35 +278,78 @@ static int region_has_access(const struct mrmgr__itree_node *n, const void *arg)
 static struct mrmgr_region *lookup_locked(struct mrmgr_cache *c, uint64_t start,
 					  uint64_t last, unsigned int access)
 {
+	const struct mrmgr__lk_table *t = c->lk;
+	struct mrmgr__itree_node *n;
 	int gave_up = 0;
-	struct mrmgr__itree_node *n = mrmgr__itree_find_containing(
-		&c->tree, start, last, region_has_access, &access, UINT_MAX,
-		&gave_up);
 
+	if (t) {
+		/* Under the lock the index is exact: the tree only for what
+		 * it does not hold. */
+		struct mrmgr_region *r = mrmgr__lookup_find(
+			t, start, start >> c->page_shift, last >> c->page_shift,
+			mrmgr__lk_access_tag(access));
+
+		if (r || !t->partial)
+			return r;
+	}
+	n = mrmgr__itree_find_containing(&c->tree, start, last,
+					 region_has_access, &access, UINT_MAX,
+					 &gave_up);
 	return n ? node_region(n) : NULL;
 }
 
-static inline void count_hit(struct mrmgr_cache *c, unsigned int slot)
+static inline void count_hit(struct mrmgr_region *r, unsigned int slot)
 {
-	struct mrmgr__slot_stats *s = &c->slots[slot];
-
-	/* Load + store, not an atomic add: the slot's line is normally this
-	 * thread's alone; threads sharing a slot may lose a count. */
-	MRMGR__WRITE_ONCE(s->hits, MRMGR__READ_ONCE(s->hits) + 1);
+	mrmgr__count_hit(r, mrmgr__layout.words + slot * mrmgr__layout.stride);
 }
 
-static inline void mark_used(struct mrmgr__ref_stripe *s)
+/* A hit took a reference and the word before was old. */
+static inline void mark_used(struct mrmgr_region *r, unsigned int slot,
+			     uint64_t old)
 {
-	if (!MRMGR__READ_ONCE(s->used))
-		MRMGR__WRITE_ONCE(s->used, 1);
+	if (!(old & MRMGR__REF_USED))
+		mrmgr__ref_mark_used(mrmgr__ref_word(r, slot));
 }
 
-static void region_unref(struct mrmgr_cache *c, struct mrmgr_region *r,
-			 unsigned int slot)
+/* Drop a reference; the last one on a region no longer live releases it. */
+static inline void region_unref(struct mrmgr_cache *c, struct mrmgr_region *r,
+				unsigned int slot)
 {
-	__atomic_fetch_sub(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
-	if (mrmgr__unlikely(mrmgr__region_state(r) != MRMGR__REGION_LIVE))
+	uint64_t old = mrmgr__ref_drop(r, slot);
+
+	if (mrmgr__unlikely(old & MRMGR__REF_DEAD))
 		mrmgr__cache_put_slow(c, r);
+}
+
+/*
+ * A region that contains [start, last] with access, or NULL; unvalidated.
+ * *sure: NULL means there is none (if the sequence count agrees).
+ */
+static inline struct mrmgr_region *candidate(struct mrmgr_cache *c,
+					     uint64_t start, uint64_t last,
+					     unsigned int access, int *sure)
+{
+	const struct mrmgr__lk_table *t =
+		__atomic_load_n(&c->lk, __ATOMIC_ACQUIRE);
+	struct mrmgr__itree_node *n;
+	int gave_up = 0;
+
+	if (mrmgr__likely(t != NULL)) {
+		struct mrmgr_region *r = mrmgr__lookup_find(
+			t, start, start >> c->page_shift, last >> c->page_shift,
+			mrmgr__lk_access_tag(access));
+
+		if (r || !MRMGR__READ_ONCE(t->partial)) {
+			*sure = 1;
+			return r;
+		}
+	}
+	/* No index, or regions it does not hold: the tree. */
+	n = mrmgr__itree_find_containing(&c->tree, start, last,
+					 region_has_access, &access,
+					 HIT_MAX_STEPS, &gave_up);
+	*sure = !gave_up;
+	return n ? node_region(n) : NULL;
 }
 
 /* The lock-free hit path. NULL: go to the slow path. */
@@ -324,29 +359,38 @@ static struct mrmgr_region *try_hit(struct mrmgr_cache *c, uint64_t start,
 {
 	for (int attempt = 0; attempt < HIT_ATTEMPTS; attempt++) {
 		uint64_t seq = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
-		struct mrmgr__itree_node *n;
 		struct mrmgr_region *r;
-		int gave_up = 0;
+		uint64_t old;
+		int sure = 0;
 
 		if (seq & 1)
 			continue;
-		n = mrmgr__itree_find_containing(&c->tree, start, last,
-						 region_has_access, &access,
-						 HIT_MAX_STEPS, &gave_up);
-		if (!n) {
+		r = candidate(c, start, last, access, &sure);
+		if (!r) {
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
-			if (!gave_up &&
+			if (sure &&
 			    __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq)
 				return NULL; /* a true miss */
 			continue;
 		}
-		r = node_region(n);
-		__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
-		if (mrmgr__region_state(r) == MRMGR__REGION_LIVE &&
-		    __atomic_load_n(&c->seq, __ATOMIC_SEQ_CST) == seq) {
-			mark_used(&r->stripes[slot]);
-			count_hit(c, slot);
-			return r;
+		/*
+		 * r is a region of this cache (type-stable memory), though
+		 * perhaps not the one the tree holds now: reference it; the
+		 * word before says whether it was live (the reference and a
+		 * remover's state change are ordered on this word: one sees
+		 * the other); then check nothing changed since seq, so it is
+		 * what the index said: it contains the range, with access.
+		 */
+		old = mrmgr__ref_take(r, slot);
+		if (mrmgr__likely(!(old & MRMGR__REF_DEAD))) {
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (mrmgr__likely(__atomic_load_n(&c->seq,
+							  __ATOMIC_RELAXED) ==
+					  seq)) {
+				mark_used(r, slot, old);
+				count_hit(r, slot);
+				return r;
+			}
 		}
 		region_unref(c, r, slot);
 	}
@@ -516,7 +560,7 @@ have_mr:
 	MRMGR__WRITE_ONCE(r->node.start, rs);
 	MRMGR__WRITE_ONCE(r->node.last, rl);
 	MRMGR__WRITE_ONCE(r->access, racc);
-	__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
+	mrmgr__ref_take(r, slot);
 	c->nregions++;
 	if (kind == MRMGR__REGION_PINNED) {
 		c->pinned_bytes += rl - rs + 1;
@@ -629,8 +673,7 @@ int mrmgr__cache_get_locked(struct mrmgr_cache *c, uint64_t start,
 
 	if (r) {
 		/* Another thread registered it meanwhile. */
-		__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
-		mark_used(&r->stripes[slot]);
+		mark_used(r, slot, mrmgr__ref_take(r, slot));
 		c->st.hits++;
 		*out = r;
 		return 0;
@@ -639,15 +682,99 @@ int mrmgr__cache_get_locked(struct mrmgr_cache *c, uint64_t start,
 	return miss(c, start, last, access, slot, gflags, out);
 }
 
-MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *c, void *addr, size_t length,
-			   unsigned int access, mrmgr_region_t **region)
+/*
+ * The hit path of mrmgr_get(), inline and in one try: the index, then a
+ * reference on the thread's own word. NULL: get() does it all properly
+ * (arguments and their errors, retries, the tree, the slow path). No
+ * lock, no call, no write but to the thread's reference word and hit
+ * counter.
+ */
+static inline __attribute__((always_inline)) struct mrmgr_region *
+fast_hit(struct mrmgr_cache *c, uintptr_t a, size_t length,
+	 unsigned int access, struct mrmgr_region **undo)
 {
-	int ret = get(c, addr, length, access, region);
+	uint64_t seq = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
+	const struct mrmgr__lk_table *t =
+		__atomic_load_n(&c->lk, __ATOMIC_ACQUIRE);
+	uint64_t end = (uint64_t)a + (length - 1);
+	struct mrmgr_region *r;
+	uintptr_t words;
+	uint64_t *w, old;
 
-	/* c->flags is on the line the hit just read. */
+	/*
+	 * Plausible arguments: a non-NULL address, a length that neither is
+	 * zero nor wraps (end < a catches both), known access bits (of which
+	 * REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE: access values
+	 * 2, 6, 8, 10, 12 and 14 of the low four bits are bad); an index
+	 * (a cache with MRMGR_CACHE_DISABLE never has one: nothing is
+	 * cached); no tree change under way; no hint to give after a hit.
+	 */
+	_Static_assert(MRMGR__CACHE_AUTO_PREFETCH == UINT64_C(1) << 63,
+		       "the sign bit of flags");
+	if (mrmgr__unlikely(!a) || mrmgr__unlikely(end < a) ||
+	    mrmgr__unlikely(access & ~(unsigned int)KNOWN_ACCESS) ||
+	    mrmgr__unlikely((0x55445544u >> (access & 31)) & 1) ||
+	    mrmgr__unlikely(!t) || mrmgr__unlikely(seq & 1) ||
+	    mrmgr__unlikely((int64_t)c->flags < 0))
+		return NULL;
+	r = mrmgr__lookup_fast(t, a, a >> c->page_shift, end >> c->page_shift,
+			       (access | access >> 15) & MRMGR__LK_TAG_ACCESS);
+	if (mrmgr__unlikely(!r))
+		return NULL;
+	words = mrmgr__tls_words;
+	if (mrmgr__unlikely(!words))
+		return NULL; /* the thread's first get: the slow path */
+	/* try_hit()'s protocol, on the thread's word. */
+	w = mrmgr__ref_word_at(r, words);
+	old = __atomic_fetch_add(w, MRMGR__REF_ONE, __ATOMIC_SEQ_CST);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (mrmgr__likely(!(old & MRMGR__REF_DEAD)) &&
+	    mrmgr__likely(__atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq)) {
+		if (mrmgr__unlikely(!(old & MRMGR__REF_USED)))
+			mrmgr__ref_mark_used(w);
+		mrmgr__count_hit(r, words);
+		return r;
+	}
+	/* No call here (it would cost the hit a stack frame): the caller
+	 * finishes the put. */
+	if (__atomic_fetch_sub(w, MRMGR__REF_ONE, __ATOMIC_SEQ_CST) &
+	    MRMGR__REF_DEAD)
+		*undo = r;
+	return NULL;
+}
+
+/* mrmgr_get() when the inline hit path did not answer. */
+static __attribute__((noinline)) int get_slow(struct mrmgr_cache *c,
+					      void *addr, size_t length,
+					      unsigned int access,
+					      mrmgr_region_t **region,
+					      struct mrmgr_region *undo)
+{
+	int ret;
+
+	if (undo)
+		mrmgr__cache_put_slow(c, undo);
+	ret = get(c, addr, length, access, region);
 	if (mrmgr__unlikely(!ret && (c->flags & MRMGR__CACHE_AUTO_PREFETCH)))
 		mrmgr__odp_get_hint(*region, addr, length, access);
 	return ret;
+}
+
+MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *c, void *addr, size_t length,
+			   unsigned int access, mrmgr_region_t **region)
+{
+	struct mrmgr_region *undo = NULL;
+
+	if (mrmgr__likely(c != NULL && region != NULL)) {
+		struct mrmgr_region *r = fast_hit(c, (uintptr_t)addr, length,
+						  access, &undo);
+
+		if (mrmgr__likely(r != NULL)) {
+			*region = r;
+			return 0;
+		}
+	}
+	return get_slow(c, addr, length, access, region, undo);
 }
 
 MRMGR_EXPORT int mrmgr_get_ex(mrmgr_cache_t *c, void *addr, size_t length,
@@ -668,12 +795,38 @@ MRMGR_EXPORT int mrmgr_get_ex(mrmgr_cache_t *c, void *addr, size_t length,
 	return ret;
 }
 
+/* mrmgr_put() on a region no longer live: perhaps the last user. */
+static __attribute__((noinline)) void put_slow(struct mrmgr_region *r)
+{
+	mrmgr__cache_put_slow(r->cache, r);
+}
+
+/* mrmgr_put() from a thread that has no stripe yet. */
+static __attribute__((noinline)) void put_first(struct mrmgr_region *r)
+{
+	if (__atomic_fetch_sub(mrmgr__my_ref_word(r), MRMGR__REF_ONE,
+			       __ATOMIC_SEQ_CST) &
+	    MRMGR__REF_DEAD)
+		put_slow(r);
+}
+
 MRMGR_EXPORT void mrmgr_put(mrmgr_region_t *region)
 {
+	uintptr_t words = mrmgr__tls_words;
+
 	if (!region)
 		return;
-	region_unref(region->cache, region,
-		     mrmgr__thread_slot() & (region->cache->nstripes - 1));
+	if (mrmgr__unlikely(!words)) {
+		put_first(region);
+		return;
+	}
+	/* The thread's reference word, which get wrote: nothing else of the
+	 * region or the cache is read unless the region is no longer live. */
+	if (mrmgr__unlikely(__atomic_fetch_sub(mrmgr__ref_word_at(region, words),
+					       MRMGR__REF_ONE,
+					       __ATOMIC_SEQ_CST) &
+			    MRMGR__REF_DEAD))
+		put_slow(region);
 }
 
 /* A put found the region not live: see whether that was its last user. */
@@ -718,19 +871,6 @@ void mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
 	}
 }
 
-static unsigned int stripes_for_this_machine(void)
-{
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	unsigned int n = 4;
-
-	/* Twice the CPUs: threads get slots round-robin, and a few threads
-	 * that came and went before the busy ones should not make two busy
-	 * ones share a line. */
-	while (cpus > 0 && n < 2 * (unsigned long)cpus && n < MAX_STRIPES)
-		n *= 2;
-	return n;
-}
-
 MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 				    const struct mrmgr_cache_attr *attr,
 				    mrmgr_cache_t **cache)
@@ -762,22 +902,13 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 	if (!c)
 		return ENOMEM;
 	memset(c, 0, sizeof(*c));
-	c->nstripes = stripes_for_this_machine();
-	c->slots = aligned_alloc(MRMGR__CACHELINE,
-				 c->nstripes * sizeof(*c->slots));
-	if (!c->slots) {
-		free(c);
-		return ENOMEM;
-	}
-	memset(c->slots, 0, c->nstripes * sizeof(*c->slots));
+	c->nstripes = mrmgr__stripes();
 	c->page_shift = (unsigned int)__builtin_ctzl(psz > 0 ? (unsigned long)psz : 4096);
 	c->flags = cfg.flags;
 	c->pd = pd;
 	c->be = be;
 	c->caps = caps;
 	c->cfg = cfg;
-	c->region_size = sizeof(struct mrmgr_region) +
-			 c->nstripes * sizeof(struct mrmgr__ref_stripe);
 	c->lru.prev = c->lru.next = &c->lru;
 	c->bufs.prev = c->bufs.next = &c->bufs;
 	mrmgr__itree_init(&c->tree);
@@ -785,7 +916,6 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 	ret = mrmgr__odp_init(c);
 	if (ret) {
 		pthread_mutex_destroy(&c->lock);
-		free(c->slots);
 		free(c);
 		return ret;
 	}
@@ -842,10 +972,9 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
 	}
 	mrmgr__odp_fini(c);
 	pthread_mutex_unlock(&c->lock);
-	for (size_t i = 0; i < c->nall; i++)
-		free(c->all[i]);
+	mrmgr__lookup_fini(c);
+	mrmgr__region_slabs_free(&c->rslabs);
 	free(c->all);
-	free(c->slots);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 	return 0;
@@ -889,7 +1018,7 @@ void mrmgr__cache_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 void mrmgr__cache_unref_locked(struct mrmgr_cache *c, struct mrmgr_region *r,
 			       unsigned int slot)
 {
-	__atomic_fetch_sub(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
+	mrmgr__ref_drop(r, slot);
 	if (mrmgr__region_state(r) == MRMGR__REGION_DETACHED &&
 	    mrmgr__region_refs(r, c->nstripes) == 0)
 		region_release(c, r);

@@ -17,13 +17,9 @@
 #include "backend.h"
 #include "compiler.h"
 #include "itree.h"
+#include "lookup.h"
 #include "odp.h"
 #include "region.h"
-
-/* Per-slot counters written by the hit path. */
-struct mrmgr__slot_stats {
-	_Alignas(MRMGR__CACHELINE) uint64_t hits;
-};
 
 /* Effective settings after attr and environment. */
 struct mrmgr__cache_config {
@@ -40,6 +36,8 @@ struct mrmgr_cache {
 	unsigned int nstripes;                   /* power of two */
 	unsigned int page_shift;
 	uint64_t flags;
+	struct mrmgr__lk_table *lk;              /* the tree's index (lookup.h);
+						  * NULL: walk the tree */
 
 	/* Writer side: everything below is under lock. */
 	_Alignas(MRMGR__CACHELINE) pthread_mutex_t lock;
@@ -47,10 +45,11 @@ struct mrmgr_cache {
 	const struct mrmgr__backend *be;
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
-	size_t region_size;              /* header + stripes */
 	struct mrmgr__lru_link lru;      /* head: lru.next is the oldest */
 	struct mrmgr_region *free_list;  /* type-stable spare regions */
-	struct mrmgr_region **all;       /* every region ever made, to free */
+	struct mrmgr__region_slabs rslabs; /* their memory, freed with the
+					    * cache */
+	struct mrmgr_region **all;       /* every region ever made */
 	size_t nall, all_cap;
 	uint64_t nregions;               /* registered: cached or held */
 	uint64_t ncached;                /* in the tree */
@@ -60,8 +59,7 @@ struct mrmgr_cache {
 	struct mrmgr__odp odp;           /* ODP mode, implicit MR (odp.c) */
 	int rereg;                       /* grow.c: enum mrmgr__rereg_verdict */
 	struct mrmgr__lru_link bufs;     /* buf.c: the cache's buffers */
-
-	struct mrmgr__slot_stats *slots; /* nstripes of them */
+	struct mrmgr__lookup lookup;     /* lookup.c: the index's writer side */
 };
 
 /* A put found its region not live: release it if that was the last user. */

@@ -387,7 +387,7 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	/* Nothing to change (cannot happen after a true miss): a hit. */
 	res = flags ? rereg(c, r, flags, c->pd, *rs, new_len, *racc) : REREG_DONE;
 	if (res == REREG_DONE) {
-		__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
+		mrmgr__ref_take(r, slot);
 		mrmgr__cache_publish(c, r);
 		*out = r;
 		return 0;
@@ -418,7 +418,7 @@ int mrmgr__grow_held(struct mrmgr_cache *c, struct mrmgr_region **rp,
 		if (start < r->node.start || last > r->node.last)
 			c->st.grows++;
 		was_live = mrmgr__region_state(r) == MRMGR__REGION_LIVE;
-		__atomic_fetch_sub(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
+		mrmgr__ref_drop(r, slot);
 		if (was_live)
 			idle = mrmgr__cache_quiesce(c, r);
 		else /* detached: out of the tree; ours alone without holders */
@@ -451,8 +451,7 @@ int mrmgr__grow_held(struct mrmgr_cache *c, struct mrmgr_region **rp,
 				      : rereg(c, r, flags, c->pd, start, len, access);
 		}
 		if (res == REREG_DONE) {
-			__atomic_fetch_add(&r->stripes[slot].refs, 1,
-					   __ATOMIC_SEQ_CST);
+			mrmgr__ref_take(r, slot);
 			/* Back in the cache; one that was handed out uncached
 			 * goes in only if the limits allow it now. */
 			if (was_live || mrmgr__cache_make_room(c, 0, 0))

@@ -265,7 +265,7 @@ static int hold(struct held *h, struct mrmgr_region *r, unsigned int slot)
 	}
 	/* Under the lock a region in the tree is live: the reference
 	 * keeps it registered until our put, whatever happens meanwhile. */
-	__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
+	mrmgr__ref_take(r, slot);
 	h->v[h->n++] = r;
 	return 0;
 }

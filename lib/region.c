@@ -7,28 +7,238 @@
 #include "config.h"
 
 #include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <unistd.h>
 
 #include "cache.h"
+#include "pool.h"
 #include "region.h"
 
 /*
- * Threads get slots round-robin on first use; a thread keeps its slot for
- * life. More threads than stripes share stripes, which stays correct
- * (the adds are atomic) and only costs contention.
+ * Thread slots: the lowest free one of MAX_SLOTS is claimed on a thread's
+ * first use and given back by a thread-specific-data destructor when the
+ * thread exits. Past MAX_SLOTS live threads, slots are handed out
+ * round-robin and never given back; threads then share stripes, which
+ * stays correct (the adds are atomic) and only costs contention.
  */
-static unsigned int next_slot;
-static __thread unsigned int tls_slot = UINT_MAX;
+#define MAX_SLOTS 64
+#define MAX_STRIPES 64
 
-unsigned int mrmgr__thread_slot(void)
+__thread unsigned int mrmgr__tls_slot
+	__attribute__((tls_model("initial-exec"))) = ~0u;
+__thread uintptr_t mrmgr__tls_words
+	__attribute__((tls_model("initial-exec")));
+
+struct mrmgr__layout mrmgr__layout;
+
+static uint64_t slots_taken;       /* bit i: slot i belongs to a thread */
+static unsigned int next_shared;   /* round-robin past MAX_SLOTS */
+static pthread_key_t slot_key;
+static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
+static int slot_key_ok;
+
+static void slot_release(void *v)
 {
-	unsigned int s = tls_slot;
+	unsigned int s = (unsigned int)(uintptr_t)v - 1;
 
-	if (mrmgr__unlikely(s == UINT_MAX)) {
-		s = __atomic_fetch_add(&next_slot, 1, __ATOMIC_RELAXED);
-		s &= INT_MAX; /* never UINT_MAX */
-		tls_slot = s;
+	mrmgr__tls_slot = ~0u; /* a later call in this thread asks again */
+	mrmgr__tls_words = 0;
+	if (s < MAX_SLOTS)
+		__atomic_fetch_and(&slots_taken, ~(UINT64_C(1) << s),
+				   __ATOMIC_RELEASE);
+}
+
+/* A fork child has one thread: the others' slots are free there. */
+static void slot_atfork_child(void)
+{
+	unsigned int s = mrmgr__tls_slot;
+
+	slots_taken = s < MAX_SLOTS ? UINT64_C(1) << s : 0;
+}
+
+static void slot_key_init(void)
+{
+	slot_key_ok = pthread_key_create(&slot_key, slot_release) == 0;
+	if (slot_key_ok)
+		pthread_atfork(NULL, NULL, slot_atfork_child);
+}
+
+/* Unloaded with threads still running: their exit must not call here. */
+__attribute__((destructor)) static void slot_key_fini(void)
+{
+	if (slot_key_ok)
+		pthread_key_delete(slot_key);
+}
+
+unsigned int mrmgr__thread_slot_slow(void)
+{
+	uint64_t taken = __atomic_load_n(&slots_taken, __ATOMIC_RELAXED);
+	unsigned int s;
+
+	pthread_once(&slot_once, slot_key_init);
+	for (;;) {
+		if (!slot_key_ok || taken == ~UINT64_C(0)) {
+			s = MAX_SLOTS + (__atomic_fetch_add(&next_shared, 1,
+							    __ATOMIC_RELAXED) &
+					 (MAX_SLOTS - 1));
+			break;
+		}
+		s = (unsigned int)__builtin_ctzll(~taken);
+		if (__atomic_compare_exchange_n(&slots_taken, &taken,
+						taken | UINT64_C(1) << s, 0,
+						__ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED)) {
+			pthread_setspecific(slot_key, (void *)(uintptr_t)(s + 1));
+			break;
+		}
 	}
+	/* Masked once here: every cache has mrmgr__stripes() stripes. */
+	s &= mrmgr__stripes() - 1;
+	mrmgr__tls_slot = s;
+	mrmgr__tls_words = mrmgr__layout.words + s * mrmgr__layout.stride;
 	return s;
+}
+
+static uintptr_t align_up(uintptr_t v, uintptr_t to)
+{
+	return (v + to - 1) & ~(to - 1);
+}
+
+static pthread_once_t layout_once = PTHREAD_ONCE_INIT;
+
+static void layout_init(void)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned int n = 4;
+	uintptr_t per;
+	uint32_t count;
+
+	/*
+	 * Twice the CPUs (threads beyond them share stripes anyway, and a
+	 * few more slots keep a busy thread from sharing with one that came
+	 * and went), at least 4, at most MAX_STRIPES.
+	 */
+	while (cpus > 0 && n < 2 * (unsigned long)cpus && n < MAX_STRIPES)
+		n *= 2;
+	/* Regions 1..count, then n arrays of count + 1 words, each array
+	 * starting on a cache line. */
+	per = MRMGR__REGION_SIZE + n * sizeof(uint64_t);
+	count = (uint32_t)((MRMGR__SLAB_SIZE - MRMGR__REGION_SIZE -
+			    n * MRMGR__CACHELINE) / per);
+	mrmgr__layout.per_slab = count;
+	mrmgr__layout.words = align_up((uintptr_t)(count + 1) *
+					       MRMGR__REGION_SIZE,
+				       MRMGR__CACHELINE);
+	mrmgr__layout.stride = align_up((uintptr_t)(count + 1) *
+						sizeof(uint64_t),
+					MRMGR__CACHELINE);
+	__atomic_store_n(&mrmgr__layout.nstripes, n, __ATOMIC_RELEASE);
+}
+
+uintptr_t mrmgr__thread_words_slow(void)
+{
+	mrmgr__thread_slot_slow();
+	return mrmgr__tls_words;
+}
+
+unsigned int mrmgr__stripes(void)
+{
+	unsigned int n = __atomic_load_n(&mrmgr__layout.nstripes,
+					 __ATOMIC_ACQUIRE);
+
+	if (mrmgr__unlikely(!n)) {
+		pthread_once(&layout_once, layout_init);
+		n = mrmgr__layout.nstripes;
+	}
+	return n;
+}
+
+void mrmgr__region_set_state(struct mrmgr_region *r, int state)
+{
+	unsigned int n = r->cache->nstripes;
+	int was = __atomic_load_n(&r->state, __ATOMIC_RELAXED);
+
+	/* Only the lock's holder changes states. */
+	__atomic_store_n(&r->state, state, __ATOMIC_SEQ_CST);
+	if ((was == MRMGR__REGION_LIVE) == (state == MRMGR__REGION_LIVE))
+		return;
+	for (unsigned int i = 0; i < n; i++) {
+		uint64_t *w = mrmgr__ref_word(r, i);
+
+		if (state == MRMGR__REGION_LIVE)
+			__atomic_fetch_and(w, ~MRMGR__REF_DEAD, __ATOMIC_SEQ_CST);
+		else
+			__atomic_fetch_or(w, MRMGR__REF_DEAD, __ATOMIC_SEQ_CST);
+	}
+}
+
+int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes)
+{
+	int used = 0;
+
+	for (unsigned int i = 0; i < nstripes; i++) {
+		uint64_t *w = mrmgr__ref_word(r, i);
+
+		/* Look first: clearing writes a line its thread keeps hot. */
+		if (__atomic_load_n(w, __ATOMIC_RELAXED) & MRMGR__REF_USED) {
+			__atomic_fetch_and(w, ~MRMGR__REF_USED, __ATOMIC_RELAXED);
+			used = 1;
+		}
+	}
+	return used;
+}
+
+/* ------------------------------------------------------------ slabs */
+
+struct mrmgr_region *mrmgr__region_carve(struct mrmgr__region_slabs *rs)
+{
+	struct mrmgr__region_slab *s = rs->newest;
+	unsigned int nstripes = mrmgr__stripes();
+	struct mrmgr_region *r;
+
+	_Static_assert(sizeof(struct mrmgr__region_slab) <= MRMGR__REGION_SIZE,
+		       "the slab header fits a region's place");
+	_Static_assert(sizeof(struct mrmgr_region) <= MRMGR__REGION_SIZE,
+		       "regions fit their places");
+	if (!s || s->used == mrmgr__layout.per_slab) {
+		/* The first slab of a cache stays on small pages: a small
+		 * cache should not cost a huge page. */
+		s = mrmgr__pool_alloc(MRMGR__SLAB_SIZE, rs->newest != NULL);
+		if (!s)
+			return NULL;
+		s->next = rs->newest;
+		rs->newest = s;
+	}
+	r = (struct mrmgr_region *)((char *)s +
+				    (uintptr_t)++s->used * MRMGR__REGION_SIZE);
+	for (unsigned int i = 0; i < nstripes; i++)
+		*mrmgr__ref_word(r, i) =
+			MRMGR__REF_BIAS | MRMGR__REF_DEAD;
+	return r;
+}
+
+uint64_t mrmgr__region_slabs_hits(const struct mrmgr__region_slabs *rs)
+{
+	uint64_t hits = 0;
+	unsigned int n = mrmgr__stripes();
+
+	for (const struct mrmgr__region_slab *s = rs->newest; s; s = s->next)
+		for (unsigned int i = 0; i < n; i++)
+			hits += MRMGR__READ_ONCE(*mrmgr__hit_counter(
+				s, mrmgr__layout.words +
+					   i * mrmgr__layout.stride));
+	return hits;
+}
+
+void mrmgr__region_slabs_free(struct mrmgr__region_slabs *rs)
+{
+	while (rs->newest) {
+		struct mrmgr__region_slab *s = rs->newest;
+
+		rs->newest = s->next;
+		mrmgr__pool_free(s, MRMGR__SLAB_SIZE);
+	}
 }
 
 int64_t mrmgr__region_refs(const struct mrmgr_region *r, unsigned int nstripes)
@@ -36,7 +246,11 @@ int64_t mrmgr__region_refs(const struct mrmgr_region *r, unsigned int nstripes)
 	int64_t sum = 0;
 
 	for (unsigned int i = 0; i < nstripes; i++)
-		sum += __atomic_load_n(&r->stripes[i].refs, __ATOMIC_SEQ_CST);
+		sum += (int64_t)((__atomic_load_n(mrmgr__ref_word(r, i),
+						  __ATOMIC_SEQ_CST) &
+				  ~(MRMGR__REF_ONE - 1)) -
+				 MRMGR__REF_BIAS) /
+		       (int64_t)MRMGR__REF_ONE;
 	return sum;
 }
 

@@ -3,10 +3,20 @@
  * reference count.
  *
  * The reference count is striped: each thread adds and drops references
- * on the stripe of its own slot (a cache line of its own), so threads
- * hitting the same region never write the same line. A region's true count
- * is the sum of its stripes; only the slow paths (eviction, invalidation,
- * a put on a detached region) add them up.
+ * on the stripe of its own slot, so threads hitting the same region never
+ * write the same cache line. A region's true count is the sum of its
+ * stripes; only the slow paths (eviction, invalidation, a put on a
+ * detached region) add them up.
+ *
+ * A stripe is one 64-bit reference word: whether the region is live and
+ * the LRU's "used" bit in the low byte, the count above (biased, so it may
+ * go below zero when another slot's thread puts). The words do not live in the region:
+ * regions are carved from 2 MiB slabs that keep, per stripe, an array of
+ * the words of all their regions. So a thread's words of eight regions
+ * share a cache line that only that thread writes, a hit or a put touches
+ * 8 bytes of the region's memory (not a line, nor the region itself), and
+ * a thread's words of 100,000 regions fit in 800 KB. The word's address
+ * follows from the region's address and the slab's first line.
  *
  * Region memory is type-stable: a released region goes back to its cache's
  * free list and is only freed when the cache is destroyed, so a lock-free
@@ -57,12 +67,38 @@ enum mrmgr__region_flags {
 	MRMGR__REGION_BUFFER = 1u << 2, /* a growable buffer's (buf.c) */
 };
 
-/* One thread slot's share of a region: its own cache line. */
-struct mrmgr__ref_stripe {
-	_Alignas(MRMGR__CACHELINE) int64_t refs; /* may go negative: puts
-						   * from another slot */
-	uint32_t used; /* set by hits, cleared by the LRU hand */
+/*
+ * A reference word: bit 0 "not live" (the region's state is not
+ * MRMGR__REGION_LIVE), bit 3 "used" (set by hits, cleared by the LRU
+ * hand), bits 8-63 the count plus a bias of 2^63 (the count moves in
+ * steps of MRMGR__REF_ONE and never reaches the low byte).
+ */
+#define MRMGR__REF_DEAD UINT64_C(1)
+#define MRMGR__REF_USED UINT64_C(8)
+#define MRMGR__REF_ONE UINT64_C(256)
+#define MRMGR__REF_BIAS (UINT64_C(1) << 63)
+
+/*
+ * A slab of regions: this header (padded to a region's size), then
+ * mrmgr__layout.per_slab regions of MRMGR__REGION_SIZE bytes, then one
+ * array of reference words per stripe. Aligned to its size, so a region
+ * finds its slab by masking. The layout is the same for every slab of
+ * every cache of the process.
+ */
+#define MRMGR__SLAB_SIZE ((uintptr_t)2 << 20)
+struct mrmgr__region_slab {
+	struct mrmgr__region_slab *next;
+	uint32_t used;
 };
+
+/* Process-wide constants, set once by mrmgr__layout_init(). */
+struct mrmgr__layout {
+	unsigned int nstripes; /* stripes per region, a power of two */
+	uint32_t per_slab;     /* regions per slab */
+	uintptr_t words;       /* offset in a slab of stripe 0's words */
+	uintptr_t stride;      /* bytes from one stripe's words to the next */
+};
+extern struct mrmgr__layout mrmgr__layout;
 
 /* Intrusive LRU list link; the cache's list head is one too. */
 struct mrmgr__lru_link {
@@ -81,12 +117,124 @@ struct mrmgr_region {
 					* a new one at every in-place rereg */
 	struct mrmgr__lru_link lru;    /* cache lock; only LIVE regions */
 	struct mrmgr_region *free_next;
-	/* nstripes entries follow; the header is padded to a line. */
-	struct mrmgr__ref_stripe stripes[];
 };
 
-/* Slot of the calling thread, masked by the cache's stripe count. */
-unsigned int mrmgr__thread_slot(void);
+/* Regions are laid out at a power-of-two size in their slab. */
+#define MRMGR__REGION_SHIFT                                                  \
+	(sizeof(struct mrmgr_region) <= 128 ? 7u                             \
+	 : sizeof(struct mrmgr_region) <= 256 ? 8u : 9u)
+#define MRMGR__REGION_SIZE ((uintptr_t)1 << MRMGR__REGION_SHIFT)
+
+/*
+ * The calling thread's stripe (slot), and where its words are in a slab:
+ * from the lowest slot free when the thread first asked, given back when
+ * it exits, so a few long-lived threads keep stripes of their own however
+ * many threads came and went.
+ */
+extern __thread unsigned int mrmgr__tls_slot
+	__attribute__((tls_model("initial-exec")));
+extern __thread uintptr_t mrmgr__tls_words
+	__attribute__((tls_model("initial-exec")));
+unsigned int mrmgr__thread_slot_slow(void);
+
+static inline unsigned int mrmgr__thread_slot(void)
+{
+	unsigned int s = mrmgr__tls_slot;
+
+	return mrmgr__likely(s != ~0u) ? s : mrmgr__thread_slot_slow();
+}
+
+/* Region i sits at (i + 1) << shift in its slab: word i + 1 of each array. */
+static inline uint64_t *mrmgr__ref_word_at(const struct mrmgr_region *r,
+					   uintptr_t words)
+{
+	uintptr_t base = (uintptr_t)r & ~(MRMGR__SLAB_SIZE - 1);
+
+	return (uint64_t *)(base + words +
+			    (((uintptr_t)r - base) >>
+			     (MRMGR__REGION_SHIFT - 3)));
+}
+
+/* r's reference word of stripe slot: no load from r itself. */
+static inline uint64_t *mrmgr__ref_word(const struct mrmgr_region *r,
+					unsigned int slot)
+{
+	return mrmgr__ref_word_at(r, mrmgr__layout.words +
+					     slot * mrmgr__layout.stride);
+}
+
+uintptr_t mrmgr__thread_words_slow(void) __attribute__((noinline));
+
+/* The calling thread's word of r (its stripe). */
+static inline uint64_t *mrmgr__my_ref_word(const struct mrmgr_region *r)
+{
+	uintptr_t w = mrmgr__tls_words;
+
+	if (mrmgr__unlikely(!w))
+		w = mrmgr__thread_words_slow();
+	return mrmgr__ref_word_at(r, w);
+}
+
+/*
+ * Hits of a stripe are counted in word 0 of its array in each slab (no
+ * region sits there): a line only the stripe's thread writes.
+ */
+static inline uint64_t *mrmgr__hit_counter(const void *r, uintptr_t words)
+{
+	return (uint64_t *)(((uintptr_t)r & ~(MRMGR__SLAB_SIZE - 1)) + words);
+}
+
+static inline void mrmgr__count_hit(const struct mrmgr_region *r,
+				    uintptr_t words)
+{
+	uint64_t *h = mrmgr__hit_counter(r, words);
+
+	/* Load + store, not an atomic add: normally the thread's alone;
+	 * threads sharing a stripe may lose a count. */
+	MRMGR__WRITE_ONCE(*h, MRMGR__READ_ONCE(*h) + 1);
+}
+
+/* Add a reference on slot's stripe; returns the word before. */
+static inline uint64_t mrmgr__ref_take(struct mrmgr_region *r,
+				       unsigned int slot)
+{
+	return __atomic_fetch_add(mrmgr__ref_word(r, slot), MRMGR__REF_ONE,
+				  __ATOMIC_SEQ_CST);
+}
+
+/* Drop one; returns the word before. */
+static inline uint64_t mrmgr__ref_drop(struct mrmgr_region *r,
+				       unsigned int slot)
+{
+	return __atomic_fetch_sub(mrmgr__ref_word(r, slot), MRMGR__REF_ONE,
+				  __ATOMIC_SEQ_CST);
+}
+
+/* Set the used bit of a word (after a hit that found it clear). */
+static inline void mrmgr__ref_mark_used(uint64_t *w)
+{
+	__atomic_fetch_or(w, MRMGR__REF_USED, __ATOMIC_RELAXED);
+}
+
+/* Regions of a cache: slabs, newest first. */
+struct mrmgr__region_slabs {
+	struct mrmgr__region_slab *newest;
+};
+
+/* A zeroed region of a new slot (words: no references, FREE); NULL when
+ * out of memory. */
+struct mrmgr_region *mrmgr__region_carve(struct mrmgr__region_slabs *rs);
+/* Hits counted in every slab (see mrmgr__hit_counter()). */
+uint64_t mrmgr__region_slabs_hits(const struct mrmgr__region_slabs *rs);
+/* Free every slab (the cache is being destroyed). */
+void mrmgr__region_slabs_free(struct mrmgr__region_slabs *rs);
+
+/*
+ * Stripes per region: a power of two, the same for every cache of the
+ * process (so a put needs nothing from the cache to find its stripe).
+ * Sets mrmgr__layout on first use.
+ */
+unsigned int mrmgr__stripes(void);
 
 static inline uint64_t mrmgr__region_start(const struct mrmgr_region *r)
 {
@@ -103,16 +251,19 @@ static inline int mrmgr__region_state(const struct mrmgr_region *r)
 	return __atomic_load_n(&r->state, __ATOMIC_SEQ_CST);
 }
 
-static inline void mrmgr__region_set_state(struct mrmgr_region *r, int state)
-{
-	__atomic_store_n(&r->state, state, __ATOMIC_SEQ_CST);
-}
-
 /*
- * Sum of the stripes. Sequentially consistent so that, paired with the
- * state store before it and the reference add + state load in the hit
- * path, either the hit sees the new state or this sees the reference.
+ * Set the state; when it goes from or to MRMGR__REGION_LIVE, also the
+ * "not live" bit of every reference word (an atomic read-modify-write of
+ * each, before the caller sums them): a hit's or a put's
+ * read-modify-write of its word is ordered before or after it, so either
+ * that side sees the region not live or the sum sees its reference.
  */
+void mrmgr__region_set_state(struct mrmgr_region *r, int state);
+
+/* Clear the used bits; returns whether any was set. */
+int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes);
+
+/* Sum of the stripes (see mrmgr__region_set_state()). */
 int64_t mrmgr__region_refs(const struct mrmgr_region *r, unsigned int nstripes);
 
 #endif /* MRMGR__REGION_H */

@@ -29,10 +29,10 @@ MRMGR_EXPORT int mrmgr_cache_query_stats(mrmgr_cache_t *c,
 	s.pinned_bytes = c->pinned_bytes;
 	s.max_regions = c->cfg.max_regions;
 	s.max_bytes = c->cfg.max_bytes;
+	/* Hits counted per stripe in the region slabs (region.h). */
+	s.hits += mrmgr__region_slabs_hits(&c->rslabs);
 	pthread_mutex_unlock(&c->lock);
 	mrmgr__odp_stats(c, &s);
-	for (unsigned int i = 0; i < c->nstripes; i++)
-		s.hits += MRMGR__READ_ONCE(c->slots[i].hits);
 
 	memcpy(stats, &s, size < sizeof(s) ? size : sizeof(s));
 	return 0;

@@ -1,0 +1,679 @@
+/*
+ * bench/compare: libmrmgr against UCX's ucs_rcache, side by side, in one
+ * run, on identical workloads and the same registration cost model.
+ *
+ *   make -C build bench-compare    (runs this, writes the CSV and the plot)
+ *   build/bench/compare [--quick] [--reps N] [--ops N] [--only SECTIONS]
+ *                       [--csv FILE] [--plot-data FILE]
+ *
+ * Sections (--only hit,miss,growth,unmap; default all):
+ *   hit     R regions of 64 KiB (R = 1 ... 100,000, 128 KiB apart so no
+ *           cache merges them), all registered first; then get+put of one
+ *           random 4 KiB page of a random region, by 1 and by 2 threads.
+ *           Registration cost zero (it is not on this path).
+ *   miss    10,000 distinct 64 KiB buffers, a limit of 1,000 regions,
+ *           uniform random get+put: ~90% misses, each an eviction and a
+ *           registration costing 10 us + 100 ns per page.
+ *   growth  one buffer grown by doubling 4 KiB -> 64 MiB and linearly
+ *           4 KiB x 10,000 (bench/growth.c has libmrmgr's other variants).
+ *   unmap   what mmap+munmap pairs cost with each cache's invalidation
+ *           source installed, with 0 and 100,000 live regions, beside the
+ *           raw system calls (each in a fresh process: UCX's hooks, once
+ *           installed, stay for the life of the process).
+ *
+ * Each measurement is repeated (--reps, default 5) with the two caches
+ * alternating (the order flips every repetition); medians are printed
+ * with the libmrmgr/UCX ratio (below 1: libmrmgr is faster).
+ * Without UCX (libucx-dev absent at configure time) only libmrmgr runs.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+
+#include <mrmgr/mrmgr.h>
+
+#include "compare.h"
+
+#define REGION_LEN (64 * KiB)
+#define STRIDE (128 * KiB) /* a gap after each region: nothing merges */
+#define MAX_REPS 31
+
+static const struct drv_ops *drivers[] = {
+	&mrmgr_drv,
+#ifdef HAVE_UCX
+	&ucx_drv,
+#endif
+};
+#define NDRV (sizeof(drivers) / sizeof(drivers[0]))
+static size_t ndrv = NDRV;
+
+static struct {
+	int reps;
+	uint64_t ops;          /* hit ops per thread per repetition */
+	uint64_t miss_ops;     /* miss-churn ops per repetition */
+	size_t linear_steps;
+	uint64_t unmap_iters;
+	unsigned int sections;
+	const char *csv, *plot;
+	int quick;
+	int max_threads;
+} opt = {
+	.max_threads = 2,
+	.reps = 5,
+	.ops = 1000000,
+	.miss_ops = 20000,
+	.linear_steps = 10000,
+	.unmap_iters = 20000,
+	.sections = ~0u,
+	.csv = "bench-compare.csv",
+	.plot = "bench-compare-hit.dat",
+};
+
+enum { S_HIT = 1, S_MISS = 2, S_GROWTH = 4, S_UNMAP = 8 };
+
+static const char *self_path;
+static FILE *csv;
+
+static void die(const char *what, int err)
+{
+	fprintf(stderr, "compare: %s: %s\n", what, strerror(err));
+	exit(1);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+struct samples {
+	double v[MAX_REPS];
+	int n;
+};
+
+static void add(struct samples *s, double v)
+{
+	if (s->n < MAX_REPS)
+		s->v[s->n++] = v;
+}
+
+static double median(const struct samples *s)
+{
+	double t[MAX_REPS];
+
+	if (!s->n)
+		return 0;
+	memcpy(t, s->v, (size_t)s->n * sizeof(double));
+	qsort(t, (size_t)s->n, sizeof(double), cmp_double);
+	return s->n & 1 ? t[s->n / 2] : (t[s->n / 2 - 1] + t[s->n / 2]) / 2;
+}
+
+static double smin(const struct samples *s)
+{
+	double m = s->n ? s->v[0] : 0;
+
+	for (int i = 1; i < s->n; i++)
+		if (s->v[i] < m)
+			m = s->v[i];
+	return m;
+}
+
+static double smax(const struct samples *s)
+{
+	double m = s->n ? s->v[0] : 0;
+
+	for (int i = 1; i < s->n; i++)
+		if (s->v[i] > m)
+			m = s->v[i];
+	return m;
+}
+
+static void csv_row(const char *section, const char *workload,
+		    unsigned long long param, int threads, const char *impl,
+		    const char *metric, const struct samples *s)
+{
+	fprintf(csv, "%s,%s,%llu,%d,%s,%s,%.3f,%.3f,%.3f,%d\n", section,
+		workload, param, threads, impl, metric, median(s), smin(s),
+		smax(s), s->n);
+}
+
+static void csv_value(const char *section, const char *workload,
+		      unsigned long long param, int threads, const char *impl,
+		      const char *metric, double v)
+{
+	struct samples s = { .n = 0 };
+
+	add(&s, v);
+	csv_row(section, workload, param, threads, impl, metric, &s);
+}
+
+static char *map_area(size_t len)
+{
+	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (p == MAP_FAILED)
+		die("mmap", errno);
+	return p;
+}
+
+static const struct cost_model zero_cost = { 0, 0 };
+static struct cost_model churn_cost = { 10000, 100 };
+
+/* ------------------------------------------------------------------ hit */
+
+struct hit_thread {
+	const struct drv_ops *ops;
+	struct drv *d;
+	struct hit_args a;
+	pthread_barrier_t *bar;
+	double t0, t1;
+};
+
+static void *hit_thread_main(void *arg)
+{
+	struct hit_thread *t = arg;
+
+	pthread_barrier_wait(t->bar);
+	t->t0 = now_ns();
+	t->ops->hit_loop(t->d, &t->a);
+	t->t1 = now_ns();
+	return NULL;
+}
+
+/*
+ * One repetition: nthreads threads, each nops hits. Returns ns per op per
+ * thread (each thread's own time) and, in *agg, wall ns per op of all.
+ */
+static double hit_rep(const struct drv_ops *ops, struct drv *d, char *base,
+		      uint64_t nregions, int nthreads, uint64_t seed,
+		      double *agg)
+{
+	struct hit_thread t[2];
+	pthread_t tid[2];
+	pthread_barrier_t bar;
+	double per = 0, lo = 0, hi = 0;
+
+	pthread_barrier_init(&bar, NULL, (unsigned int)nthreads);
+	for (int i = 0; i < nthreads; i++) {
+		t[i] = (struct hit_thread){
+			.ops = ops, .d = d, .bar = &bar,
+			.a = { .base = base, .stride = STRIDE,
+			       .region_len = REGION_LEN, .nregions = nregions,
+			       .nops = opt.ops, .seed = seed * 7919 + (uint64_t)i + 1 },
+		};
+		if (i == 0)
+			continue;
+		if (pthread_create(&tid[i], NULL, hit_thread_main, &t[i]))
+			die("pthread_create", errno);
+	}
+	hit_thread_main(&t[0]);
+	for (int i = 1; i < nthreads; i++)
+		pthread_join(tid[i], NULL);
+	pthread_barrier_destroy(&bar);
+	for (int i = 0; i < nthreads; i++) {
+		per += (t[i].t1 - t[i].t0) / (double)opt.ops;
+		if (i == 0 || t[i].t0 < lo)
+			lo = t[i].t0;
+		if (i == 0 || t[i].t1 > hi)
+			hi = t[i].t1;
+	}
+	*agg = (hi - lo) / (double)(opt.ops * (uint64_t)nthreads);
+	return per / nthreads;
+}
+
+static uint64_t hit_sizes[] = { 1, 10, 100, 1000, 10000, 100000 };
+#define NSIZES (sizeof(hit_sizes) / sizeof(hit_sizes[0]))
+static size_t nsizes = NSIZES;
+
+static int in_table(uint64_t r)
+{
+	return r == 1 || r == 1000 || r == 100000;
+}
+
+static void section_hit(void)
+{
+	/* [size][threads-1][driver]: per-thread ns/op and aggregate ns/op */
+	static struct samples per[NSIZES][2][NDRV], agg[NSIZES][2][NDRV];
+	FILE *plot = opt.plot ? fopen(opt.plot, "w") : NULL;
+
+	printf("\n## hit: get+put of a random 4 KiB page of one of R 64 KiB "
+	       "regions\n\n");
+	printf("%llu ops per thread per repetition, %d repetitions, median "
+	       "ns per get+put (per thread);\nscaling = aggregate throughput "
+	       "of 2 threads / that of 1 thread, same cache.\n\n",
+	       (unsigned long long)opt.ops, opt.reps);
+	printf("| regions | threads | libmrmgr ns | UCX ns | libmrmgr/UCX | "
+	       "libmrmgr scaling | UCX scaling |\n");
+	printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+	if (plot)
+		fprintf(plot, "# regions mrmgr_1t ucx_1t mrmgr_2t ucx_2t "
+			      "(ns per get+put per thread, medians)\n");
+	for (size_t si = 0; si < nsizes; si++) {
+		uint64_t n = hit_sizes[si];
+		char *base = map_area(n * STRIDE);
+		struct drv *d[NDRV];
+		double m[2][NDRV] = { { 0 } };
+
+		if (opt.quick && !in_table(n)) {
+			munmap(base, n * STRIDE);
+			continue;
+		}
+		for (size_t k = 0; k < ndrv; k++) {
+			int ret = drivers[k]->open(&d[k], 2 * n + 64,
+						   (uint64_t)1 << 50, &zero_cost);
+
+			if (ret)
+				die(drivers[k]->name, ret);
+			for (uint64_t i = 0; i < n; i++) {
+				void *h = drivers[k]->get(d[k], base + i * STRIDE,
+							  REGION_LEN);
+
+				if (!h)
+					die("warm-up get", EIO);
+				drivers[k]->put(d[k], h);
+			}
+		}
+		for (int th = 1; th <= opt.max_threads; th++) {
+			for (int rep = 0; rep < opt.reps; rep++) {
+				for (size_t j = 0; j < ndrv; j++) {
+					/* Alternate which cache goes first. */
+					size_t k = rep & 1 ? ndrv - 1 - j : j;
+					double a, p = hit_rep(drivers[k], d[k], base,
+							      n, th, (uint64_t)rep, &a);
+
+					add(&per[si][th - 1][k], p);
+					add(&agg[si][th - 1][k], a);
+				}
+			}
+			for (size_t k = 0; k < ndrv; k++) {
+				m[th - 1][k] = median(&per[si][th - 1][k]);
+				csv_row("hit", "random-page", n, th,
+					drivers[k]->name, "ns_per_op_per_thread",
+					&per[si][th - 1][k]);
+				csv_row("hit", "random-page", n, th,
+					drivers[k]->name, "aggregate_ns_per_op",
+					&agg[si][th - 1][k]);
+			}
+		}
+		for (int th = 1; th <= opt.max_threads; th++) {
+			double sc[NDRV];
+
+			for (size_t k = 0; k < ndrv; k++)
+				sc[k] = median(&agg[si][0][k]) /
+					median(&agg[si][th - 1][k]);
+			if (!in_table(n) && opt.quick)
+				continue;
+			printf("| %llu | %d | %.1f | ", (unsigned long long)n,
+			       th, m[th - 1][0]);
+			if (ndrv > 1)
+				printf("%.1f | %.2f | ", m[th - 1][1],
+				       m[th - 1][0] / m[th - 1][1]);
+			else
+				printf("- | - | ");
+			if (th == 1)
+				printf("1.00 | %s |\n", ndrv > 1 ? "1.00" : "-");
+			else if (ndrv > 1)
+				printf("%.2f | %.2f |\n", sc[0], sc[1]);
+			else
+				printf("%.2f | - |\n", sc[0]);
+		}
+		fflush(stdout);
+		if (plot)
+			fprintf(plot, "%llu %.2f %.2f %.2f %.2f\n",
+				(unsigned long long)n, m[0][0],
+				ndrv > 1 ? m[0][1] : 0.0, m[1][0],
+				ndrv > 1 ? m[1][1] : 0.0);
+		for (size_t k = 0; k < ndrv; k++)
+			drivers[k]->close(d[k]);
+		munmap(base, n * STRIDE);
+	}
+	if (plot)
+		fclose(plot);
+}
+
+/* ------------------------------------------------------------------ miss */
+
+#define CHURN_BUFFERS 10000
+#define CHURN_LIMIT 1000
+
+/* nops get+put of random buffers; each op's ns in t[] when t != NULL. */
+static void churn(const struct drv_ops *ops, struct drv *d, char *base,
+		  uint64_t nops, uint64_t *seed, double *t)
+{
+	for (uint64_t i = 0; i < nops; i++) {
+		uint64_t r = rng_next(seed);
+		double t0 = t ? now_ns() : 0;
+		void *h = ops->get(d, base + rng_below(r, CHURN_BUFFERS) * STRIDE,
+				   REGION_LEN);
+
+		if (!h)
+			die("churn get", EIO);
+		ops->put(d, h);
+		if (t)
+			t[i] = now_ns() - t0;
+	}
+}
+
+static void section_miss(void)
+{
+	char *base = map_area(CHURN_BUFFERS * STRIDE);
+	struct samples ns[NDRV] = { 0 }, regs[NDRV] = { 0 }, over[NDRV] = { 0 };
+	double model = (double)model_ns(&churn_cost, REGION_LEN);
+	double *t = calloc(opt.miss_ops, sizeof(*t));
+
+	if (!t)
+		die("calloc", ENOMEM);
+	printf("\n## miss churn: %d buffers of 64 KiB, at most %d regions, "
+	       "uniform random get+put\n\n", CHURN_BUFFERS, CHURN_LIMIT);
+	printf("registration cost %llu ns + %llu ns/page = %.1f us per 64 KiB; "
+	       "%llu ops per repetition, %d repetitions (medians).\n"
+	       "Each op is timed: ns per op is the mean without the slowest "
+	       "1%% (preemption on a busy machine);\na miss is an op slower "
+	       "than half the model, and above model = its median time minus "
+	       "the model:\nall a miss costs beyond the modelled "
+	       "registration (lookups, eviction, deregistration, the device's "
+	       "own bookkeeping).\n\n",
+	       (unsigned long long)churn_cost.reg_ns,
+	       (unsigned long long)churn_cost.reg_ns_per_page, model / 1000,
+	       (unsigned long long)opt.miss_ops, opt.reps);
+	for (int rep = 0; rep < opt.reps; rep++) {
+		for (size_t j = 0; j < ndrv; j++) {
+			size_t k = rep & 1 ? ndrv - 1 - j : j;
+			const struct drv_ops *ops = drivers[k];
+			uint64_t seed = 12345 + (uint64_t)rep, r0, nmiss = 0;
+			uint64_t keep = opt.miss_ops - opt.miss_ops / 100;
+			struct drv *d;
+			double sum = 0;
+			int ret = ops->open(&d, CHURN_LIMIT, (uint64_t)1 << 50,
+					    &churn_cost);
+
+			if (ret)
+				die(ops->name, ret);
+			churn(ops, d, base, 3 * CHURN_LIMIT, &seed, NULL); /* fill */
+			r0 = ops->registrations(d);
+			churn(ops, d, base, opt.miss_ops, &seed, t);
+			r0 = ops->registrations(d) - r0;
+			ops->close(d);
+			qsort(t, opt.miss_ops, sizeof(*t), cmp_double);
+			for (uint64_t i = 0; i < keep; i++)
+				sum += t[i];
+			for (uint64_t i = 0; i < opt.miss_ops; i++)
+				nmiss += t[i] > model / 2;
+			add(&ns[k], sum / (double)keep);
+			add(&regs[k], (double)r0 / (double)opt.miss_ops);
+			/* the median miss: misses are the slowest nmiss ops */
+			add(&over[k], nmiss ? t[opt.miss_ops - (nmiss + 1) / 2] - model
+					    : 0);
+		}
+	}
+	free(t);
+	printf("| cache | ns per op | registrations per op | ns above model "
+	       "per miss |\n|---|---:|---:|---:|\n");
+	for (size_t k = 0; k < ndrv; k++) {
+		printf("| %s | %.0f | %.3f | %.0f |\n", drivers[k]->name,
+		       median(&ns[k]), median(&regs[k]), median(&over[k]));
+		csv_row("miss", "churn-10k-limit-1k", CHURN_LIMIT, 1,
+			drivers[k]->name, "ns_per_op", &ns[k]);
+		csv_row("miss", "churn-10k-limit-1k", CHURN_LIMIT, 1,
+			drivers[k]->name, "registrations_per_op", &regs[k]);
+		csv_row("miss", "churn-10k-limit-1k", CHURN_LIMIT, 1,
+			drivers[k]->name, "ns_above_model_per_miss", &over[k]);
+	}
+	if (ndrv > 1)
+		printf("\nlibmrmgr/UCX, ns per op: %.3f\n",
+		       median(&ns[0]) / median(&ns[1]));
+	fflush(stdout);
+	munmap(base, CHURN_BUFFERS * STRIDE);
+}
+
+/* ---------------------------------------------------------------- growth */
+
+static size_t size_at(int doubling, size_t i)
+{
+	return doubling ? PG << (i - 1) : i * PG;
+}
+
+static void section_growth(void)
+{
+	printf("\n## growth: one buffer grown step by step, get+put of the "
+	       "whole buffer at each step\n\n");
+	printf("registration cost 10 us + 100 ns/page; counts do not vary "
+	       "between runs, one run each.\nlibmrmgr: default settings "
+	       "(rereg in place, headroom); bench/growth shows the variants.\n\n");
+	printf("| pattern | cache | registrations | pages registered | "
+	       "x final size | ns per step |\n|---|---|---:|---:|---:|---:|\n");
+	for (int doubling = 1; doubling >= 0; doubling--) {
+		size_t steps = doubling ? 15 : opt.linear_steps;
+		size_t final = size_at(doubling, steps);
+		char *mem = map_area(2 * final);
+
+		for (size_t k = 0; k < ndrv; k++) {
+			const struct drv_ops *ops = drivers[k];
+			struct drv *d;
+			uint64_t regs, pages;
+			double t0, t;
+			int ret = ops->open(&d, 1u << 20, (uint64_t)1 << 50,
+					    &churn_cost);
+
+			if (ret)
+				die(ops->name, ret);
+			t0 = now_ns();
+			for (size_t i = 1; i <= steps; i++) {
+				void *h = ops->get(d, mem, size_at(doubling, i));
+
+				if (!h)
+					die("growth get", EIO);
+				ops->put(d, h);
+			}
+			t = now_ns() - t0;
+			regs = ops->registrations(d);
+			pages = ops->pages_registered(d);
+			printf("| %s 4 KiB %s | %s | %llu | %llu | %.1f | %.0f |\n",
+			       doubling ? "doubling" : "linear",
+			       doubling ? "-> 64 MiB" : "steps", ops->name,
+			       (unsigned long long)regs,
+			       (unsigned long long)pages,
+			       (double)pages / (double)(final / PG),
+			       t / (double)steps);
+			fflush(stdout);
+			csv_value("growth", doubling ? "doubling" : "linear",
+				  steps, 1, ops->name, "registrations",
+				  (double)regs);
+			csv_value("growth", doubling ? "doubling" : "linear",
+				  steps, 1, ops->name, "pages_registered",
+				  (double)pages);
+			csv_value("growth", doubling ? "doubling" : "linear",
+				  steps, 1, ops->name, "ns_per_step",
+				  t / (double)steps);
+			if (ops->invalidate)
+				ops->invalidate(d, mem, 2 * final);
+			ops->close(d);
+		}
+		munmap(mem, 2 * final);
+	}
+}
+
+/* ----------------------------------------------------------------- unmap */
+
+static void section_unmap(void)
+{
+	static const char *impls[] = { "raw", "libc", "libmrmgr",
+#ifdef HAVE_UCX
+				       "ucx",
+#endif
+	};
+	static const uint64_t lives[] = { 0, 100000 };
+
+	printf("\n## unmap: mmap+munmap of 64 KiB, with each cache's "
+	       "invalidation source installed\n\n");
+	printf("each figure in a fresh process (re-executed), %llu pairs, "
+	       "median of %d;\nraw = syscall(SYS_mmap/SYS_munmap); libc = "
+	       "mmap()/munmap() with no cache in the process;\n"
+	       "+get+put = mmap, get+put of the new mapping, munmap.\n\n",
+	       (unsigned long long)opt.unmap_iters, opt.reps);
+	printf("| process | live regions | ns per mmap+munmap | ns per "
+	       "mmap+get+put+munmap | invalidation source |\n"
+	       "|---|---:|---:|---:|---|\n");
+	for (size_t li = 0; li < 2; li++) {
+		for (size_t ii = 0; ii < sizeof(impls) / sizeof(impls[0]); ii++) {
+			struct samples a = { .n = 0 }, b = { .n = 0 };
+			struct unmap_result res = { 0 };
+			int cache = ii >= 2;
+
+			if (!cache && li == 1)
+				continue;
+			for (int rep = 0; rep < opt.reps; rep++) {
+				if (unmap_run(self_path, impls[ii], lives[li],
+					      opt.unmap_iters, &res))
+					die("unmap child", EIO);
+				add(&a, res.ns_pair);
+				add(&b, res.ns_get_pair);
+			}
+			if (cache)
+				printf("| %s | %llu | %.0f | %.0f | %s |\n",
+				       impls[ii], (unsigned long long)lives[li],
+				       median(&a), median(&b), res.source);
+			else
+				printf("| %s | - | %.0f | - | - |\n", impls[ii],
+				       median(&a));
+			fflush(stdout);
+			csv_row("unmap", "mmap+munmap", lives[li], 1, impls[ii],
+				"ns_per_pair", &a);
+			if (cache)
+				csv_row("unmap", "mmap+get+put+munmap",
+					lives[li], 1, impls[ii], "ns_per_pair",
+					&b);
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ main */
+
+static unsigned int parse_sections(const char *s)
+{
+	unsigned int m = 0;
+
+	if (strstr(s, "hit"))
+		m |= S_HIT;
+	if (strstr(s, "miss"))
+		m |= S_MISS;
+	if (strstr(s, "growth"))
+		m |= S_GROWTH;
+	if (strstr(s, "unmap"))
+		m |= S_UNMAP;
+	return m;
+}
+
+static void usage(const char *argv0)
+{
+	fprintf(stderr,
+		"usage: %s [--quick] [--reps N] [--ops N] [--only "
+		"hit,miss,growth,unmap]\n"
+		"          [--csv FILE] [--plot-data FILE]\n", argv0);
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	self_path = argv[0];
+	if (argc >= 2 && !strcmp(argv[1], "--unmap-child")) {
+		if (argc != 6)
+			return 2;
+		return unmap_child(argv[2], strtoull(argv[3], NULL, 0),
+				   strtoull(argv[4], NULL, 0), atoi(argv[5]));
+	}
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(a, "--quick")) {
+			opt.quick = 1;
+			opt.reps = 3;
+			opt.ops = 300000;
+			opt.miss_ops = 5000;
+			opt.linear_steps = 2000;
+			opt.unmap_iters = 5000;
+		} else if (!strcmp(a, "--reps") && v) {
+			opt.reps = atoi(v);
+			i++;
+		} else if (!strcmp(a, "--ops") && v) {
+			opt.ops = strtoull(v, NULL, 0);
+			i++;
+		} else if (!strcmp(a, "--only") && v) {
+			opt.sections = parse_sections(v);
+			i++;
+		} else if (!strcmp(a, "--regions") && v) {
+			/* hit section: these region counts only */
+			char *e = (char *)v;
+
+			nsizes = 0;
+			while (*e && nsizes < NSIZES) {
+				hit_sizes[nsizes++] = strtoull(e, &e, 0);
+				if (*e == ',')
+					e++;
+			}
+			i++;
+		} else if (!strcmp(a, "--reg-ns") && v) {
+			churn_cost.reg_ns = strtoull(v, NULL, 0);
+			i++;
+		} else if (!strcmp(a, "--reg-ns-per-page") && v) {
+			churn_cost.reg_ns_per_page = strtoull(v, NULL, 0);
+			i++;
+		} else if (!strcmp(a, "--impl") && v) {
+			/* one cache only (profiling) */
+			for (size_t k = 0; k < ndrv; k++)
+				if (!strcasecmp(drivers[k]->name, v))
+					drivers[0] = drivers[k];
+			ndrv = 1;
+			i++;
+		} else if (!strcmp(a, "--threads") && v) {
+			opt.max_threads = atoi(v) > 1 ? 2 : 1;
+			i++;
+		} else if (!strcmp(a, "--csv") && v) {
+			opt.csv = v;
+			i++;
+		} else if (!strcmp(a, "--plot-data") && v) {
+			opt.plot = v;
+			i++;
+		} else {
+			usage(argv[0]);
+		}
+	}
+	if (opt.reps < 1 || opt.reps > MAX_REPS || !opt.ops)
+		usage(argv[0]);
+	csv = fopen(opt.csv, "w");
+	if (!csv)
+		die(opt.csv, errno);
+	fprintf(csv, "section,workload,param,threads,impl,metric,median,min,"
+		     "max,reps\n");
+	printf("# libmrmgr %s against %s\n", mrmgr_version_string(),
+#ifdef HAVE_UCX
+	       "UCX ucs_rcache " UCX_VERSION
+#else
+	       "nothing (UCX not found at configure time: libmrmgr alone)"
+#endif
+	);
+	/* The unmap section first: its children must not inherit anything. */
+	if (opt.sections & S_UNMAP)
+		section_unmap();
+	if (opt.sections & S_HIT)
+		section_hit();
+	if (opt.sections & S_MISS)
+		section_miss();
+	if (opt.sections & S_GROWTH)
+		section_growth();
+	fclose(csv);
+	printf("\nCSV: %s%s%s\n", opt.csv, opt.plot ? "; plot data: " : "",
+	       opt.plot ? opt.plot : "");
+	return 0;
+}

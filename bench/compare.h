@@ -1,0 +1,122 @@
+/*
+ * bench/compare: libmrmgr against UCX's ucs_rcache on the same workloads.
+ * Shared declarations of the driver programs (compare.c, compare_mrmgr.c,
+ * compare_ucx.c, compare_unmap.c).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef BENCH_COMPARE_H
+#define BENCH_COMPARE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define PG ((size_t)4096)
+#define KiB ((size_t)1024)
+#define MiB (1024 * KiB)
+
+/* The registration cost model both caches pay: fixed + per 4 KiB page. */
+struct cost_model {
+	uint64_t reg_ns, reg_ns_per_page;
+};
+
+static inline uint64_t model_ns(const struct cost_model *m, size_t len)
+{
+	return m->reg_ns + m->reg_ns_per_page * ((len + PG - 1) / PG);
+}
+
+static inline double now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+/*
+ * Spin for ns, as the simulated HCA does (lib/sim/sim_mr.c): the thread
+ * stays busy for as long as a real registration would keep it.
+ */
+static inline void busy_wait_ns(uint64_t ns)
+{
+	struct timespec t0, t;
+
+	if (!ns)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000u +
+			 (uint64_t)(t.tv_nsec - t0.tv_nsec) < ns);
+}
+
+/* xorshift64*: a few cycles per number, the same stream for every cache. */
+static inline uint64_t rng_next(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* A uniform index below n from the high half of r (no division). */
+static inline uint64_t rng_below(uint64_t r, uint64_t n)
+{
+	return ((r >> 32) * n) >> 32;
+}
+
+/* What a hit loop does: nops get+put of one random page of a region. */
+struct hit_args {
+	char *base;       /* region i starts at base + i * stride */
+	size_t stride;
+	size_t region_len;
+	uint64_t nregions;
+	uint64_t nops;
+	uint64_t seed;
+};
+
+struct drv;
+
+/* One cache under test. */
+struct drv_ops {
+	const char *name;
+	/* Open with limits and the cost model; 0 or an errno. */
+	int (*open)(struct drv **d, uint64_t max_regions, uint64_t max_bytes,
+		    const struct cost_model *cost);
+	void (*close)(struct drv *d);
+	/* get: a handle for put, NULL on failure. */
+	void *(*get)(struct drv *d, void *addr, size_t len);
+	void (*put)(struct drv *d, void *h);
+	/* Tell the cache the range is going away (before munmap), if it
+	 * needs telling; NULL when its own event source covers it. */
+	void (*invalidate)(struct drv *d, void *addr, size_t len);
+	/* The hit loop, with direct calls (no function pointer per op). */
+	void (*hit_loop)(struct drv *d, const struct hit_args *a);
+	uint64_t (*registrations)(struct drv *d);
+	uint64_t (*pages_registered)(struct drv *d);
+	/* The memory-event source in force, for the report. */
+	const char *(*event_source)(struct drv *d);
+};
+
+extern const struct drv_ops mrmgr_drv;
+#ifdef HAVE_UCX
+extern const struct drv_ops ucx_drv;
+#endif
+
+/* compare_unmap.c: the unmap section; run in child processes. */
+struct unmap_result {
+	double ns_pair;     /* mmap + munmap */
+	double ns_get_pair; /* mmap + get + put + munmap */
+	char source[96];    /* invalidation source in force */
+};
+/* In a child: measure impl ("raw", "libc", "libmrmgr", "ucx"). */
+int unmap_child(const char *impl, uint64_t live, uint64_t iters, int fd);
+/* In the parent: run the child by re-executing self; 0 or -1. */
+int unmap_run(const char *self, const char *impl, uint64_t live,
+	      uint64_t iters, struct unmap_result *res);
+
+#endif /* BENCH_COMPARE_H */

@@ -1,0 +1,147 @@
+/*
+ * bench/compare: the libmrmgr driver. A simulated HCA that pins nothing
+ * (MRMGR_SIM_FLAG_NO_PIN: registration checks the range is mapped, then
+ * busy-waits the cost model) under a cache with the given limits and
+ * otherwise default settings.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mrmgr/mrmgr.h>
+#include <mrmgr/sim.h>
+
+#include "compare.h"
+
+#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+		IBV_ACCESS_REMOTE_READ)
+
+struct drv {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	mrmgr_cache_t *cache;
+};
+
+static int m_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
+		  const struct cost_model *cost)
+{
+	struct mrmgr_sim_attr sa = {
+		.comp_mask = MRMGR_SIM_ATTR_FLAGS | MRMGR_SIM_ATTR_MEMLOCK |
+			     MRMGR_SIM_ATTR_COST,
+		.flags = MRMGR_SIM_FLAG_NO_PIN,
+		.memlock_bytes = UINT64_MAX,
+		.reg_ns = cost->reg_ns,
+		.reg_ns_per_page = cost->reg_ns_per_page,
+	};
+	struct mrmgr_cache_attr ca = {
+		.comp_mask = MRMGR_CACHE_ATTR_MAX_REGIONS |
+			     MRMGR_CACHE_ATTR_MAX_BYTES,
+		.max_regions = max_regions,
+		.max_bytes = max_bytes,
+	};
+	struct drv *d = calloc(1, sizeof(*d));
+	int ret;
+
+	if (!d)
+		return ENOMEM;
+	if ((ret = mrmgr_sim_open(&sa, &d->ctx)))
+		goto out;
+	if ((ret = mrmgr_sim_alloc_pd(d->ctx, &d->pd)))
+		goto out_ctx;
+	if ((ret = mrmgr_cache_create(d->pd, &ca, &d->cache)))
+		goto out_pd;
+	*dp = d;
+	return 0;
+out_pd:
+	mrmgr_sim_dealloc_pd(d->pd);
+out_ctx:
+	mrmgr_sim_close(d->ctx);
+out:
+	free(d);
+	return ret;
+}
+
+static void m_close(struct drv *d)
+{
+	mrmgr_cache_destroy(d->cache);
+	mrmgr_sim_dealloc_pd(d->pd);
+	mrmgr_sim_close(d->ctx);
+	free(d);
+}
+
+static void *m_get(struct drv *d, void *addr, size_t len)
+{
+	mrmgr_region_t *r;
+
+	return mrmgr_get(d->cache, addr, len, ACCESS, &r) ? NULL : r;
+}
+
+static void m_put(struct drv *d, void *h)
+{
+	(void)d;
+	mrmgr_put(h);
+}
+
+static void m_invalidate(struct drv *d, void *addr, size_t len)
+{
+	mrmgr_invalidate(d->cache, addr, len);
+}
+
+static void m_hit_loop(struct drv *d, const struct hit_args *a)
+{
+	mrmgr_cache_t *cache = d->cache;
+	uint64_t s = a->seed;
+	uint64_t pages = a->region_len / PG;
+
+	for (uint64_t i = 0; i < a->nops; i++) {
+		uint64_t r = rng_next(&s);
+		char *p = a->base + rng_below(r, a->nregions) * a->stride +
+			  rng_below(r << 32, pages) * PG;
+		mrmgr_region_t *reg;
+
+		if (__builtin_expect(mrmgr_get(cache, p, PG, ACCESS, &reg), 0))
+			abort();
+		mrmgr_put(reg);
+	}
+}
+
+static uint64_t m_registrations(struct drv *d)
+{
+	struct mrmgr_stats st;
+
+	mrmgr_cache_query_stats(d->cache, &st, sizeof(st));
+	return st.registrations;
+}
+
+static uint64_t m_pages(struct drv *d)
+{
+	struct mrmgr_stats st;
+
+	mrmgr_cache_query_stats(d->cache, &st, sizeof(st));
+	return st.pages_registered;
+}
+
+static const char *m_source(struct drv *d)
+{
+	(void)d;
+	/* This build has no memory-event monitor: the caller reports
+	 * unmaps with mrmgr_invalidate() (the documented contract). */
+	return "mrmgr_invalidate() before munmap";
+}
+
+const struct drv_ops mrmgr_drv = {
+	.name = "libmrmgr",
+	.open = m_open,
+	.close = m_close,
+	.get = m_get,
+	.put = m_put,
+	.invalidate = m_invalidate,
+	.hit_loop = m_hit_loop,
+	.registrations = m_registrations,
+	.pages_registered = m_pages,
+	.event_source = m_source,
+};

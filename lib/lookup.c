@@ -1,0 +1,271 @@
+/*
+ * The lookup accelerator's writer side (see lookup.h for the design):
+ * insert and remove a region's slots, grow the table, free it.
+ *
+ * All of it runs under the cache lock, inside the sequence-count write
+ * section of the tree change it mirrors, so a reader that overlaps any of
+ * it fails its sequence check. Stores a reader may see are single-copy
+ * atomic; a new table is published with a release store.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "cache.h"
+#include "log.h"
+#include "lookup.h"
+#include "pool.h"
+
+#define MIN_SLOTS 64
+
+static unsigned int level_of(uint64_t pages, unsigned int page_shift)
+{
+	unsigned int l = page_shift;
+
+	while (l < 63 && (UINT64_C(1) << (l - page_shift)) < pages)
+		l++;
+	return l;
+}
+
+/* Whether the index can hold a region, and its packed range. */
+static int pack_range(const struct mrmgr_region *r, unsigned int page_shift,
+		      uint64_t *range, unsigned int *level)
+{
+	uint64_t first = r->node.start >> page_shift;
+	uint64_t pages = ((r->node.last - r->node.start) >> page_shift) + 1;
+
+	if (pages - 1 > MRMGR__LK_LEN_MASK ||
+	    first >> (64 - MRMGR__LK_LEN_BITS) != 0 ||
+	    ((uintptr_t)r & MRMGR__LK_TAG))
+		return 0;
+	*range = first << MRMGR__LK_LEN_BITS | (pages - 1);
+	*level = level_of(pages, page_shift);
+	return 1;
+}
+
+static size_t table_bytes(uint64_t slots)
+{
+	return sizeof(struct mrmgr__lk_table) +
+	       slots * sizeof(struct mrmgr__lk_slot);
+}
+
+static struct mrmgr__lk_table *table_new(uint64_t slots,
+					 unsigned int page_shift)
+{
+	struct mrmgr__lk_table *t = mrmgr__pool_alloc(table_bytes(slots), 1);
+
+	if (!t)
+		return NULL;
+	/* Fresh memory is zero: every slot empty. */
+	t->mask = slots - 1;
+	t->page_shift = page_shift;
+	return t;
+}
+
+/* Put (range, rp) in the first empty slot of its chain. */
+static void slot_put(struct mrmgr__lk_table *t, unsigned int level,
+		     uint64_t granule, uint64_t range, uint64_t rp)
+{
+	uint64_t i = mrmgr__lk_home(level, granule);
+
+	while (t->slot[i & t->mask].rp)
+		i++;
+	i &= t->mask;
+	MRMGR__WRITE_ONCE(t->slot[i].range, range);
+	MRMGR__WRITE_ONCE(t->slot[i].rp, rp);
+}
+
+/* The home slot of a filled slot, from what it holds. */
+static uint64_t home_of(const struct mrmgr__lk_table *t,
+			const struct mrmgr__lk_slot *s)
+{
+	uint64_t first = s->range >> MRMGR__LK_LEN_BITS;
+	uint64_t pages = (s->range & MRMGR__LK_LEN_MASK) + 1;
+	unsigned int l = level_of(pages, t->page_shift);
+	uint64_t at = s->rp & MRMGR__LK_TAG_LAST ? first + pages - 1 : first;
+
+	return mrmgr__lk_home(l, (at << t->page_shift) >> l) & t->mask;
+}
+
+/* Twice the slots, everything rehashed; the old table is retired. */
+static int grow(struct mrmgr_cache *c)
+{
+	struct mrmgr__lk_table *old = c->lookup.newest;
+	struct mrmgr__lk_table *t = table_new(old ? 2 * (old->mask + 1)
+						  : MIN_SLOTS,
+					      c->page_shift);
+
+	if (!t)
+		return 0;
+	if (old) {
+		for (uint64_t i = 0; i <= old->mask; i++) {
+			const struct mrmgr__lk_slot *s = &old->slot[i];
+			uint64_t first = s->range >> MRMGR__LK_LEN_BITS;
+			uint64_t pages = (s->range & MRMGR__LK_LEN_MASK) + 1;
+			unsigned int l;
+			uint64_t at;
+
+			if (!s->rp)
+				continue;
+			l = level_of(pages, c->page_shift);
+			at = s->rp & MRMGR__LK_TAG_LAST ? first + pages - 1
+							 : first;
+			slot_put(t, l, (at << c->page_shift) >> l, s->range,
+				 s->rp);
+		}
+		t->levels = old->levels;
+		t->partial = old->partial;
+		t->retired = old;
+	}
+	c->lookup.newest = t;
+	/* Fields first, then the pointer: a reader that finds the table
+	 * finds it filled. */
+	__atomic_store_n(&c->lk, t, __ATOMIC_RELEASE);
+	return 1;
+}
+
+/* Stop using the index: hits walk the tree from now on. */
+static void give_up(struct mrmgr_cache *c, const char *why)
+{
+	if (!c->lookup.broken)
+		mrmgr__warn("lookup index disabled (%s): hits walk the tree",
+			    why);
+	c->lookup.broken = 1;
+	__atomic_store_n(&c->lk, NULL, __ATOMIC_RELEASE);
+}
+
+void mrmgr__lookup_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	uint64_t range, tag, first, lastp;
+	unsigned int l;
+	struct mrmgr__lk_table *t;
+
+	if (c->lookup.broken)
+		return;
+	if (!pack_range(r, c->page_shift, &range, &l)) {
+		t = c->lookup.newest;
+		if (!t && !grow(c)) {
+			give_up(c, "out of memory");
+			return;
+		}
+		c->lookup.unindexed++;
+		MRMGR__WRITE_ONCE(c->lookup.newest->partial, 1);
+		return;
+	}
+	first = r->node.start >> l;
+	lastp = r->node.last >> l;
+	t = c->lookup.newest;
+	/* At most 3/8 full after this insertion: chains stay short enough
+	 * for the inline hit path's few probes. */
+	while (!t || 8 * (c->lookup.used + 2) > 3 * (t->mask + 1)) {
+		if (!grow(c)) {
+			give_up(c, "out of memory");
+			return;
+		}
+		t = c->lookup.newest;
+	}
+	tag = mrmgr__lk_access_tag(r->access);
+	slot_put(t, l, first, range, (uintptr_t)r | tag);
+	c->lookup.used++;
+	if (lastp != first) {
+		slot_put(t, l, lastp, range,
+			 (uintptr_t)r | tag | MRMGR__LK_TAG_LAST);
+		c->lookup.used++;
+	}
+	if (c->lookup.level_count[l]++ == 0)
+		MRMGR__WRITE_ONCE(t->levels, t->levels | UINT64_C(1) << l);
+}
+
+/*
+ * Remove the slot of r in granule's chain, shifting later slots of the
+ * chain back into the hole (linear probing's deletion). 0: not found.
+ */
+static int slot_del(struct mrmgr__lk_table *t, unsigned int level,
+		    uint64_t granule, const struct mrmgr_region *r)
+{
+	uint64_t mask = t->mask;
+	uint64_t i = mrmgr__lk_home(level, granule) & mask;
+
+	for (;; i = (i + 1) & mask) {
+		uint64_t rp = t->slot[i].rp;
+
+		if (!rp)
+			return 0;
+		if ((rp & ~(uint64_t)MRMGR__LK_TAG) == (uintptr_t)r)
+			break;
+	}
+	for (uint64_t j = i;;) {
+		uint64_t k;
+
+		j = (j + 1) & mask;
+		if (!t->slot[j].rp)
+			break;
+		k = home_of(t, &t->slot[j]);
+		/* Stays when its home is cyclically in (i, j]. */
+		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
+			continue;
+		MRMGR__WRITE_ONCE(t->slot[i].range, t->slot[j].range);
+		MRMGR__WRITE_ONCE(t->slot[i].rp, t->slot[j].rp);
+		i = j;
+	}
+	MRMGR__WRITE_ONCE(t->slot[i].rp, 0);
+	MRMGR__WRITE_ONCE(t->slot[i].range, 0);
+	return 1;
+}
+
+void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	struct mrmgr__lk_table *t = c->lookup.newest;
+	uint64_t range;
+	unsigned int l;
+	int ok;
+
+	if (c->lookup.broken)
+		return;
+	if (!pack_range(r, c->page_shift, &range, &l)) {
+		if (--c->lookup.unindexed == 0)
+			MRMGR__WRITE_ONCE(t->partial, 0);
+		return;
+	}
+	/*
+	 * Not finding a slot would mean r's range changed while it was in
+	 * the tree; then its old slots may still name it, so the index
+	 * cannot be trusted any more.
+	 */
+	ok = t && slot_del(t, l, r->node.start >> l, r);
+	if (ok) {
+		c->lookup.used--;
+		if (r->node.last >> l != r->node.start >> l) {
+			ok = slot_del(t, l, r->node.last >> l, r);
+			c->lookup.used--;
+		}
+	}
+	if (!ok) {
+		mrmgr__err("lookup index out of step with the tree at "
+			   "[%#llx, %#llx]",
+			   (unsigned long long)r->node.start,
+			   (unsigned long long)r->node.last);
+		give_up(c, "inconsistent");
+		return;
+	}
+	if (--c->lookup.level_count[l] == 0)
+		MRMGR__WRITE_ONCE(t->levels, t->levels & ~(UINT64_C(1) << l));
+}
+
+void mrmgr__lookup_fini(struct mrmgr_cache *c)
+{
+	struct mrmgr__lk_table *t = c->lookup.newest;
+
+	while (t) {
+		struct mrmgr__lk_table *next = t->retired;
+
+		mrmgr__pool_free(t, table_bytes(t->mask + 1));
+		t = next;
+	}
+	c->lk = NULL;
+	c->lookup.newest = NULL;
+}

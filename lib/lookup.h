@@ -1,0 +1,180 @@
+/*
+ * The hit path's lookup accelerator: a hash index of the cached regions
+ * in front of the interval tree, so that a hit reads one or two cache
+ * lines of index instead of walking O(log n) tree nodes.
+ *
+ * Keys. A region of len bytes has a level L = log2 of len rounded up to a
+ * power of two (at least a page). It is indexed under the granules of
+ * size 2^L that hold its first and its last byte: one or two slots, as a
+ * region no longer than 2^L touches at most two such granules. A request
+ * starting at address a is contained only by regions that overlap a's
+ * granule at their level, so a lookup probes, for each level in use
+ * (a bit mask, usually one or a few bits), the chain of slots for
+ * (L, a >> L).
+ *
+ * Slots. Open addressing with linear probing, 16-byte slots (four to a
+ * cache line), at most 3/8 full; deletion shifts later slots back
+ * (no tombstones). A slot packs the region's first page and page count
+ * (36 + 28 bits) in one word and the region pointer with its access bits
+ * and which of its granules the slot is for in the other (in the pointer's
+ * low 7 bits: regions are 128-byte aligned), so a lookup checks
+ * containment and access without touching the region. Regions that do
+ * not fit (over 2^28 pages, or addresses above 2^36 pages) are not
+ * indexed; while any exist, a lookup that finds nothing falls back to the
+ * tree.
+ *
+ * Concurrency. The index is the tree's shadow: changed only by the cache
+ * lock's holder, inside the same sequence-count write section as the
+ * tree change it mirrors, and read without a lock by hits that validate
+ * what they found with that sequence count (cache.c). Readers load slots
+ * with single-copy-atomic loads and may see torn or shifting chains; a
+ * slot's region pointer is always NULL or a region of this cache (region
+ * memory is type-stable), so a reader never touches freed memory, and the
+ * sequence check rejects whatever it made of a torn view. A resized table
+ * is swapped in inside a write section; old tables stay readable until
+ * the cache is destroyed (each is at most half the size of the next, so
+ * they add at most the current table's size).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef MRMGR__LOOKUP_H
+#define MRMGR__LOOKUP_H
+
+#include <stdint.h>
+
+#include "compiler.h"
+
+struct mrmgr_region;
+
+#define MRMGR__LK_LEN_BITS 28
+#define MRMGR__LK_LEN_MASK ((UINT64_C(1) << MRMGR__LK_LEN_BITS) - 1)
+#define MRMGR__LK_TAG 0x7f      /* low bits of rp that are not the pointer */
+#define MRMGR__LK_TAG_LAST 0x40 /* the slot is for the last granule */
+#define MRMGR__LK_TAG_ACCESS 0x3f
+
+struct mrmgr__lk_slot {
+	uint64_t range; /* first page << 28 | (pages - 1) */
+	uint64_t rp;    /* region | tag; 0: empty */
+};
+
+struct mrmgr__lk_table {
+	_Alignas(MRMGR__CACHELINE) uint64_t mask; /* slots - 1 */
+	uint64_t levels;                          /* bit L: a region at level L */
+	unsigned int page_shift;
+	unsigned int partial;                     /* regions are not indexed */
+	struct mrmgr__lk_table *retired;          /* older tables (writer) */
+	_Alignas(MRMGR__CACHELINE) struct mrmgr__lk_slot slot[];
+};
+
+/* Writer-side state, under the cache lock. */
+struct mrmgr__lookup {
+	struct mrmgr__lk_table *newest; /* newest table; older ones chained */
+	uint64_t used;            /* slots in use */
+	uint64_t unindexed;       /* cached regions the index does not hold */
+	uint32_t level_count[64]; /* regions per level */
+	int broken;               /* out of memory once: tree only from now */
+};
+
+/* IBV access bits as the 6 tag bits: bits 0-4 as they are, bit 20
+ * (IBV_ACCESS_RELAXED_ORDERING) as bit 5; the others must be clear. */
+static inline uint64_t mrmgr__lk_access_tag(unsigned int access)
+{
+	return (access | access >> 15) & MRMGR__LK_TAG_ACCESS;
+}
+
+/*
+ * Home slot (unmasked) of granule (address >> level) at level. The level
+ * is left out: granules of one address at two levels differ anyway.
+ */
+static inline uint64_t mrmgr__lk_home(unsigned int level, uint64_t granule)
+{
+	(void)level;
+	/* Fibonacci hashing takes the product's top bits; byte-swapped,
+	 * they are the low bits the caller masks (one instruction, no
+	 * shift by a variable). */
+	return __builtin_bswap64(granule * UINT64_C(0x9E3779B97F4A7C15));
+}
+
+/*
+ * A region that contains pages [first, last] of the request starting at
+ * address start, with every tag bit of need; NULL when the index holds
+ * none. Lock-free: the caller validates the answer (see above).
+ */
+static inline struct mrmgr_region *
+mrmgr__lookup_find(const struct mrmgr__lk_table *t, uint64_t start,
+		   uint64_t first, uint64_t last, uint64_t need)
+{
+	uint64_t mask = t->mask; /* set before the table was published */
+	uint64_t levels = MRMGR__READ_ONCE(t->levels);
+
+	while (levels) {
+		unsigned int l = (unsigned int)__builtin_ctzll(levels);
+		uint64_t i = mrmgr__lk_home(l, start >> l);
+
+		levels &= levels - 1;
+		for (uint64_t n = 0; n <= mask; n++, i++) {
+			const struct mrmgr__lk_slot *s = &t->slot[i & mask];
+			uint64_t rp = MRMGR__READ_ONCE(s->rp);
+			uint64_t range = MRMGR__READ_ONCE(s->range);
+			uint64_t sp = range >> MRMGR__LK_LEN_BITS;
+
+			if (!rp)
+				break;
+			if (sp <= first &&
+			    last - sp <= (range & MRMGR__LK_LEN_MASK) &&
+			    (rp & need) == need)
+				return (struct mrmgr_region *)(uintptr_t)(
+					rp & ~(uint64_t)MRMGR__LK_TAG);
+		}
+	}
+	return NULL;
+}
+
+/*
+ * mrmgr__lookup_find() for the inline hit path: the same answer or NULL,
+ * probing at most MRMGR__LK_FAST_PROBES slots per level (a chain at most
+ * 3/8 full is rarely longer); NULL sends the caller to the full lookup.
+ */
+#define MRMGR__LK_FAST_PROBES 4
+static inline struct mrmgr_region *
+mrmgr__lookup_fast(const struct mrmgr__lk_table *t, uint64_t start,
+		   uint64_t first, uint64_t last, uint64_t need)
+{
+	uint64_t levels = MRMGR__READ_ONCE(t->levels);
+	unsigned int l = (unsigned int)__builtin_ctzll(levels | (UINT64_C(1) << 63));
+	uint64_t i = mrmgr__lk_home(l, start >> l);
+
+	for (unsigned int n = 0; n < MRMGR__LK_FAST_PROBES; n++, i++) {
+		const struct mrmgr__lk_slot *s = &t->slot[i & t->mask];
+		uint64_t rp = MRMGR__READ_ONCE(s->rp);
+		uint64_t range = MRMGR__READ_ONCE(s->range);
+		uint64_t sp = range >> MRMGR__LK_LEN_BITS;
+
+		if (!rp)
+			break;
+		if (sp <= first &&
+		    last - sp <= (range & MRMGR__LK_LEN_MASK) &&
+		    (rp & need) == need) {
+			rp &= ~(uint64_t)MRMGR__LK_TAG;
+			if (!rp) /* a filled slot names a region */
+				__builtin_unreachable();
+			return (struct mrmgr_region *)(uintptr_t)rp;
+		}
+	}
+	return NULL;
+}
+
+struct mrmgr_cache;
+
+/*
+ * Writer side, with the cache lock held and inside the sequence-count
+ * write section of the tree change they mirror.
+ */
+/* r was inserted into the tree. */
+void mrmgr__lookup_insert(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* r is being removed from the tree. */
+void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Free every table (cache destruction, no readers left). */
+void mrmgr__lookup_fini(struct mrmgr_cache *c);
+
+#endif /* MRMGR__LOOKUP_H */
