@@ -42,6 +42,7 @@
 
 #include "cache.h"
 #include "config_env.h"
+#include "evict.h"
 #include "grow.h"
 #include "log.h"
 
@@ -94,10 +95,24 @@ static inline struct mrmgr_region *lru_region(struct mrmgr__lru_link *l)
 	return mrmgr__container_of(l, struct mrmgr_region, lru);
 }
 
-/* Clear the used flags of every stripe; returns whether any was set. */
-static int take_used(struct mrmgr_cache *c, struct mrmgr_region *r)
+/* Park a region found held on the held list (evict.c). */
+static void held_append(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	return mrmgr__region_take_used(r, c->nstripes);
+	r->lru.prev = c->held.prev;
+	r->lru.next = &c->held;
+	c->held.prev->next = &r->lru;
+	c->held.prev = &r->lru;
+}
+
+/* Every parked region back on the LRU list (teardown, whole-cache walks). */
+static void unpark_all(struct mrmgr_cache *c)
+{
+	while (c->held.next != &c->held) {
+		struct mrmgr_region *r = lru_region(c->held.next);
+
+		lru_unlink(r);
+		lru_append(c, r);
+	}
 }
 
 /* ------------------------------------------------------------ regions */
@@ -209,51 +224,62 @@ static int region_try_evict(struct mrmgr_cache *c, struct mrmgr_region *r)
 }
 
 /*
- * Evict one idle region, least recently used first (CLOCK: a region hit
- * since the hand last passed gets a second chance). Bounded: each cached
- * region is looked at no more than twice.
+ * Evict one idle region to free shortfall bytes (0: a region slot), as
+ * evict.c picks it: least recently used first, sizes weighed under the
+ * byte limit. Bounded; returns 0 when no idle region turned up.
  */
-static int evict_one(struct mrmgr_cache *c)
+static int evict_one(struct mrmgr_cache *c, uint64_t shortfall)
 {
-	uint64_t budget = 2 * c->ncached + 1;
+	for (int tries = 0; tries < 4; tries++) {
+		struct mrmgr_region *r = mrmgr__evict_pick(c, shortfall);
 
-	while (budget-- && c->lru.next != &c->lru) {
-		struct mrmgr_region *r = lru_region(c->lru.next);
-
-		if (take_used(c, r) || !region_try_evict(c, r)) {
-			lru_unlink(r);
-			lru_append(c, r);
-			continue;
-		}
-		return 1;
+		if (!r)
+			return 0;
+		if (region_try_evict(c, r))
+			return 1;
+		/* Taken by a hit since the pick looked. */
+		lru_unlink(r);
+		held_append(c, r);
 	}
 	return 0;
 }
 
+/* Evict every idle region (a registration failed for want of memory).
+ * O(n), on that failure only. */
 static void evict_all_idle(struct mrmgr_cache *c)
 {
-	struct mrmgr__lru_link *l = c->lru.next;
+	struct mrmgr__lru_link *lists[] = { &c->lru, &c->held };
 
-	while (l != &c->lru) {
-		struct mrmgr__lru_link *next = l->next;
+	for (int i = 0; i < 2; i++) {
+		struct mrmgr__lru_link *l = lists[i]->next;
 
-		region_try_evict(c, lru_region(l));
-		l = next;
+		while (l != lists[i]) {
+			struct mrmgr__lru_link *next = l->next;
+
+			region_try_evict(c, lru_region(l));
+			l = next;
+		}
 	}
 }
 
 /*
  * Evict until n more regions of len more bytes fit the limits. Returns 0
- * when they cannot (everything left is in use).
+ * when they cannot (everything left is in use, or nothing idle turned up).
  */
 static int make_room_for(struct mrmgr_cache *c, uint64_t n, uint64_t len)
 {
 	if (len > c->cfg.max_bytes || (n && c->cfg.max_regions == 0))
 		return 0;
+	c->evict_round++;
 	while (c->nregions + n > c->cfg.max_regions ||
-	       c->pinned_bytes + len > c->cfg.max_bytes)
-		if (!evict_one(c))
+	       c->pinned_bytes + len > c->cfg.max_bytes) {
+		uint64_t over = c->pinned_bytes + len > c->cfg.max_bytes
+					? c->pinned_bytes + len - c->cfg.max_bytes
+					: 0;
+
+		if (!evict_one(c, over))
 			return 0;
+	}
 	return 1;
 }
 
@@ -910,6 +936,7 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 	c->caps = caps;
 	c->cfg = cfg;
 	c->lru.prev = c->lru.next = &c->lru;
+	c->held.prev = c->held.next = &c->held;
 	c->bufs.prev = c->bufs.next = &c->bufs;
 	mrmgr__itree_init(&c->tree);
 	pthread_mutex_init(&c->lock, NULL);
@@ -938,6 +965,9 @@ uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c)
 	for (struct mrmgr__lru_link *l = c->lru.next; l != &c->lru; l = l->next)
 		if (mrmgr__region_refs(lru_region(l), c->nstripes) != 0)
 			n++;
+	for (struct mrmgr__lru_link *l = c->held.next; l != &c->held; l = l->next)
+		if (mrmgr__region_refs(lru_region(l), c->nstripes) != 0)
+			n++;
 	return n;
 }
 
@@ -963,6 +993,7 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
 			   "destroy them first");
 		return EBUSY;
 	}
+	unpark_all(c); /* idle, as checked above */
 	while (c->lru.next != &c->lru) {
 		struct mrmgr_region *r = lru_region(c->lru.next);
 
@@ -1037,6 +1068,7 @@ void mrmgr__cache_each_cached(struct mrmgr_cache *c,
 {
 	struct mrmgr__lru_link todo;
 
+	unpark_all(c);
 	if (c->lru.next == &c->lru)
 		return;
 	/* Move the list aside; each region rejoins the cache's list before

@@ -46,6 +46,8 @@ struct mrmgr_cache {
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
 	struct mrmgr__lru_link lru;      /* head: lru.next is the oldest */
+	struct mrmgr__lru_link held;     /* cached regions found held (evict.c) */
+	uint32_t evict_round;            /* evict.c: make_room() calls */
 	struct mrmgr_region *free_list;  /* type-stable spare regions */
 	struct mrmgr__region_slabs rslabs; /* their memory, freed with the
 					    * cache */

@@ -117,6 +117,8 @@ struct mrmgr_region {
 					* a new one at every in-place rereg */
 	struct mrmgr__lru_link lru;    /* cache lock; only LIVE regions */
 	struct mrmgr_region *free_next;
+	uint32_t spared;               /* evict.c: round of its last second
+					* chance */
 };
 
 /* Regions are laid out at a power-of-two size in their slab. */

@@ -1,0 +1,208 @@
+/*
+ * Eviction policy (lib/evict.c): sizes weighed under the byte limit,
+ * regions found held parked aside and given back when their holders go,
+ * recency under the region limit.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include <errno.h>
+
+#include "helpers.h"
+
+#include "cache.h"
+
+static const struct mrmgr_sim_attr nopin = {
+	.comp_mask = MRMGR_SIM_ATTR_FLAGS | MRMGR_SIM_ATTR_MEMLOCK,
+	.flags = MRMGR_SIM_FLAG_NO_PIN,
+	.memlock_bytes = UINT64_MAX,
+};
+
+static struct mrmgr_cache_attr limits(uint64_t max_regions, uint64_t max_bytes)
+{
+	struct mrmgr_cache_attr a = {
+		.comp_mask = MRMGR_CACHE_ATTR_MAX_REGIONS |
+			     MRMGR_CACHE_ATTR_MAX_BYTES | MRMGR_CACHE_ATTR_FLAGS,
+		.max_regions = max_regions,
+		.max_bytes = max_bytes,
+		.flags = MRMGR_CACHE_NO_MERGE,
+	};
+
+	return a;
+}
+
+static void get_put(mrmgr_cache_t *c, void *p, size_t len)
+{
+	mrmgr_region_t *r;
+
+	cr_assert_eq(mrmgr_get(c, p, len, RW, &r), 0);
+	mrmgr_put(r);
+}
+
+static int cached(mrmgr_cache_t *c, void *p, size_t len)
+{
+	uint64_t misses = cstats(c).misses;
+
+	get_put(c, p, len);
+	return cstats(c).misses == misses;
+}
+
+static uint64_t list_len(const struct mrmgr__lru_link *head)
+{
+	uint64_t n = 0;
+
+	for (const struct mrmgr__lru_link *l = head->next; l != head; l = l->next)
+		n++;
+	return n;
+}
+
+/*
+ * A big idle region is the least recently used; small cold ones follow.
+ * A small request evicts a small region, not the big one; a request that
+ * needs about the big one's bytes evicts it alone, not all the small ones.
+ */
+Test(evict, byte_limit_weighs_sizes)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = limits(1000, 1 * MiB + 8 * 64 * KiB);
+	char *big = map_rw(2 * MiB, 0);
+	char *small = map_rw(32 * 128 * KiB, 0);
+
+	fx_open(&f, &nopin, &a);
+	get_put(f.cache, big, 1 * MiB);
+	for (int i = 0; i < 8; i++)
+		get_put(f.cache, small + i * 128 * KiB, 64 * KiB);
+	cr_assert_eq(cstats(f.cache).evictions, 0);
+
+	get_put(f.cache, small + 8 * 128 * KiB, 64 * KiB);
+	cr_assert_eq(cstats(f.cache).evictions, 1);
+	/* Without touching it (a hit would make it recent): still cached. */
+	cr_assert_eq(cstats(f.cache).pinned_bytes, 1 * MiB + 8 * 64 * KiB,
+		     "the big region must not go for 64 KiB");
+
+	/* 512 KiB more: the big region alone frees it. */
+	get_put(f.cache, big + 1 * MiB + 64 * KiB, 512 * KiB);
+	cr_assert_eq(cstats(f.cache).evictions, 2, "one eviction, not eight");
+	cr_assert_not(cached(f.cache, big, 1 * MiB));
+	cr_assert_leq(cstats(f.cache).pinned_bytes, a.max_bytes);
+	fx_close(&f);
+	munmap(big, 2 * MiB);
+	munmap(small, 32 * 128 * KiB);
+}
+
+/* Size is weighed among cold regions only: a big region used since the
+ * hand last passed stays, and the small cold ones make the room. */
+Test(evict, recently_used_big_region_stays)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = limits(1000, 1 * MiB + 8 * 64 * KiB);
+	char *big = map_rw(2 * MiB, 0);
+	char *small = map_rw(8 * 128 * KiB, 0);
+
+	fx_open(&f, &nopin, &a);
+	get_put(f.cache, big, 1 * MiB);
+	for (int i = 0; i < 8; i++)
+		get_put(f.cache, small + i * 128 * KiB, 64 * KiB);
+	cr_assert(cached(f.cache, big, 1 * MiB)); /* used: recent */
+	get_put(f.cache, big + 1 * MiB + 64 * KiB, 512 * KiB);
+	cr_assert_eq(cstats(f.cache).evictions, 8);
+	cr_assert(cached(f.cache, big, 1 * MiB));
+	fx_close(&f);
+	munmap(big, 2 * MiB);
+	munmap(small, 8 * 128 * KiB);
+}
+
+/* Under the region limit alone, the least recently used goes, whatever
+ * its size. */
+Test(evict, region_limit_is_recency)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = limits(3, 1ull << 40);
+	char *buf = map_rw(8 * MiB, 0);
+
+	fx_open(&f, &nopin, &a);
+	get_put(f.cache, buf, 4 * KiB);                /* A, tiny */
+	get_put(f.cache, buf + 1 * MiB, 2 * MiB);      /* B, big */
+	get_put(f.cache, buf + 4 * MiB, 4 * KiB);      /* C */
+	cr_assert(cached(f.cache, buf, 4 * KiB));      /* A used again */
+	get_put(f.cache, buf + 5 * MiB, 4 * KiB);      /* D: one must go */
+	cr_assert_eq(cstats(f.cache).evictions, 1);
+	cr_assert(cached(f.cache, buf, 4 * KiB), "A was used: kept");
+	cr_assert_not(cached(f.cache, buf + 1 * MiB, 2 * MiB),
+		      "B, the least recently used, went");
+	fx_close(&f);
+	munmap(buf, 8 * MiB);
+}
+
+/*
+ * Held regions are parked on the held list by the first pick that meets
+ * them, so later misses do not walk them; once put they are evictable
+ * again.
+ */
+Test(evict, held_regions_are_parked_and_come_back)
+{
+	struct fixture f;
+	int n = 300;
+	struct mrmgr_cache_attr a = limits((uint64_t)n + 1, 1ull << 40);
+	char *buf = map_rw((size_t)(n + 8) * 8 * KiB, 0);
+	mrmgr_region_t **held = calloc((size_t)n, sizeof(*held));
+
+	fx_open(&f, &nopin, &a);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(mrmgr_get(f.cache, buf + (size_t)i * 8 * KiB,
+				       4 * KiB, RW, &held[i]), 0);
+	get_put(f.cache, buf + (size_t)n * 8 * KiB, 4 * KiB); /* idle, LRU */
+	/* Full: the next miss evicts the idle one; the held ones it met on
+	 * the way are parked. */
+	get_put(f.cache, buf + (size_t)(n + 1) * 8 * KiB, 4 * KiB);
+	cr_assert_eq(cstats(f.cache).evictions, 1);
+	pthread_mutex_lock(&f.cache->lock);
+	cr_assert_geq(list_len(&f.cache->held), 100);
+	pthread_mutex_unlock(&f.cache->lock);
+	/* More misses keep evicting the newest idle region. */
+	for (int i = 2; i < 8; i++)
+		get_put(f.cache, buf + (size_t)(n + i) * 8 * KiB, 4 * KiB);
+	cr_assert_eq(cstats(f.cache).evictions, 7);
+	cr_assert_eq(cstats(f.cache).uncached, 0);
+
+	for (int i = 0; i < n; i++)
+		mrmgr_put(held[i]);
+	/* Idle now: the cache can shrink back through them. */
+	for (int i = 0; i < 50; i++)
+		get_put(f.cache, buf + (size_t)(i % 8) * 8 * KiB + 4 * KiB,
+			4 * KiB);
+	struct mrmgr_stats s = cstats(f.cache);
+
+	cr_assert_eq(s.uncached, 0);
+	cr_assert_eq(s.regions_in_use, 0);
+	cr_assert_leq(s.regions, a.max_regions);
+	fx_close(&f);
+	free(held);
+	munmap(buf, (size_t)(n + 8) * 8 * KiB);
+}
+
+/* Everything held: a miss registers uncached, without evicting. */
+Test(evict, all_held_registers_uncached)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = limits(4, 1ull << 40);
+	char *buf = map_rw(8 * 8 * KiB, 0);
+	mrmgr_region_t *h[4], *r;
+
+	fx_open(&f, &nopin, &a);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(mrmgr_get(f.cache, buf + i * 8 * KiB, 4 * KiB, RW,
+				       &h[i]), 0);
+	for (int k = 0; k < 3; k++) {
+		cr_assert_eq(mrmgr_get(f.cache, buf + 5 * 8 * KiB, 4 * KiB, RW,
+				       &r), 0);
+		mrmgr_put(r);
+	}
+	struct mrmgr_stats s = cstats(f.cache);
+
+	cr_assert_eq(s.evictions, 0);
+	cr_assert_eq(s.uncached, 3);
+	for (int i = 0; i < 4; i++)
+		mrmgr_put(h[i]);
+	fx_close(&f);
+	munmap(buf, 8 * 8 * KiB);
+}
