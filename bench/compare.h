@@ -103,6 +103,16 @@ struct drv_ops {
 };
 
 extern const struct drv_ops mrmgr_drv;
+
+/*
+ * The simulated HCA alone: n registrations + deregistrations of len bytes
+ * at p under the cost model, each timed; the median in ns.
+ */
+double sim_reg_dereg_ns(const struct cost_model *cost, void *p, size_t len,
+			int n);
+
+/* Comparable in magnitude; used for sorting samples. */
+int cmp_double(const void *a, const void *b);
 #ifdef HAVE_UCX
 extern const struct drv_ops ucx_drv;
 #endif

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,30 @@ struct drv {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	mrmgr_cache_t *cache;
+	int watched;      /* a memory-event source covers the cache */
+	char source[96];  /* what reports unmaps, for the report */
 };
+
+/* Which invalidation source is in force for the cache. */
+static void find_source(struct drv *d)
+{
+#if HAVE_DECL_MRMGR_CACHE_QUERY_MONITOR
+	struct mrmgr_monitor_info mi;
+
+	if (!mrmgr_cache_query_monitor(d->cache, &mi, sizeof(mi)) &&
+	    (mi.sources & (MRMGR_MONITOR_SRC_UFFD | MRMGR_MONITOR_SRC_HOOKS))) {
+		d->watched = 1;
+		snprintf(d->source, sizeof(d->source), "monitor: %s",
+			 mi.sources & MRMGR_MONITOR_SRC_UFFD ? "userfaultfd"
+							     : "libmrmgr_hooks.so");
+		return;
+	}
+#endif
+	/* No automatic source: the caller reports unmaps (the documented
+	 * contract). */
+	snprintf(d->source, sizeof(d->source),
+		 "mrmgr_invalidate() before munmap");
+}
 
 static int m_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
 		  const struct cost_model *cost)
@@ -54,6 +78,7 @@ static int m_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
 		goto out_ctx;
 	if ((ret = mrmgr_cache_create(d->pd, &ca, &d->cache)))
 		goto out_pd;
+	find_source(d);
 	*dp = d;
 	return 0;
 out_pd:
@@ -88,7 +113,8 @@ static void m_put(struct drv *d, void *h)
 
 static void m_invalidate(struct drv *d, void *addr, size_t len)
 {
-	mrmgr_invalidate(d->cache, addr, len);
+	if (!d->watched)
+		mrmgr_invalidate(d->cache, addr, len);
 }
 
 static void m_hit_loop(struct drv *d, const struct hit_args *a)
@@ -109,12 +135,13 @@ static void m_hit_loop(struct drv *d, const struct hit_args *a)
 	}
 }
 
+/* Registration calls: ibv_reg_mr, and ibv_rereg_mr that grew a region. */
 static uint64_t m_registrations(struct drv *d)
 {
 	struct mrmgr_stats st;
 
 	mrmgr_cache_query_stats(d->cache, &st, sizeof(st));
-	return st.registrations;
+	return st.registrations + st.rereg_successes;
 }
 
 static uint64_t m_pages(struct drv *d)
@@ -127,10 +154,41 @@ static uint64_t m_pages(struct drv *d)
 
 static const char *m_source(struct drv *d)
 {
-	(void)d;
-	/* This build has no memory-event monitor: the caller reports
-	 * unmaps with mrmgr_invalidate() (the documented contract). */
-	return "mrmgr_invalidate() before munmap";
+	return d->source;
+}
+
+double sim_reg_dereg_ns(const struct cost_model *cost, void *p, size_t len,
+			int n)
+{
+	struct mrmgr_sim_attr sa = {
+		.comp_mask = MRMGR_SIM_ATTR_FLAGS | MRMGR_SIM_ATTR_MEMLOCK |
+			     MRMGR_SIM_ATTR_COST,
+		.flags = MRMGR_SIM_FLAG_NO_PIN,
+		.memlock_bytes = UINT64_MAX,
+		.reg_ns = cost->reg_ns,
+		.reg_ns_per_page = cost->reg_ns_per_page,
+	};
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	double *t = calloc((size_t)n, sizeof(*t)), m;
+
+	if (!t || mrmgr_sim_open(&sa, &ctx) || mrmgr_sim_alloc_pd(ctx, &pd))
+		abort();
+	for (int i = 0; i < n; i++) {
+		double t0 = now_ns();
+		struct ibv_mr *mr;
+
+		if (mrmgr_sim_reg_mr(pd, p, len, ACCESS, &mr))
+			abort();
+		mrmgr_sim_dereg_mr(mr);
+		t[i] = now_ns() - t0;
+	}
+	mrmgr_sim_dealloc_pd(pd);
+	mrmgr_sim_close(ctx);
+	qsort(t, (size_t)n, sizeof(*t), cmp_double);
+	m = t[n / 2];
+	free(t);
+	return m;
 }
 
 const struct drv_ops mrmgr_drv = {

@@ -7,7 +7,8 @@
  * Per process: `live` regions registered first (64 KiB each, 128 KiB
  * apart, in a mapping of their own), then `iters` pairs of mmap+munmap of
  * 64 KiB anonymous memory the cache never saw, then `iters` rounds of
- * mmap, get+put of the whole new mapping, munmap. A cache whose event
+ * mmap, get+put of the whole new mapping, munmap. Each pair or round is
+ * timed on its own and the median reported (robust to preemption). A cache whose event
  * source does not cover munmap (libmrmgr without a memory-event monitor)
  * is told with its invalidate call before each munmap, as its contract
  * asks of the caller; the report names the source in force.
@@ -44,17 +45,19 @@ static void *libc_mmap(size_t len)
 		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 }
 
+/* The median ns of iters rounds (after a tenth more as warm-up). */
 static double pairs(int raw, const struct drv_ops *ops, struct drv *d,
 		    int with_get, uint64_t iters)
 {
-	double t0 = 0;
+	uint64_t warm = iters / 10;
+	double *t = calloc(iters, sizeof(*t)), m;
 
-	/* A tenth more as warm-up, untimed. */
-	for (uint64_t i = 0; i < iters + iters / 10; i++) {
+	if (!t)
+		exit(9);
+	for (uint64_t i = 0; i < iters + warm; i++) {
+		double t0 = now_ns();
 		void *p;
 
-		if (i == iters / 10)
-			t0 = now_ns();
 		p = raw ? raw_mmap(LEN) : libc_mmap(LEN);
 		if (p == MAP_FAILED)
 			exit(3);
@@ -71,8 +74,13 @@ static double pairs(int raw, const struct drv_ops *ops, struct drv *d,
 			syscall(SYS_munmap, p, LEN);
 		else
 			munmap(p, LEN);
+		if (i >= warm)
+			t[i - warm] = now_ns() - t0;
 	}
-	return (now_ns() - t0) / (double)iters;
+	qsort(t, iters, sizeof(*t), cmp_double);
+	m = t[iters / 2];
+	free(t);
+	return m;
 }
 
 int unmap_child(const char *impl, uint64_t live, uint64_t iters, int fd)
