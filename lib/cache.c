@@ -2,33 +2,41 @@
  * The registration cache: get, put, merge, evict, invalidate.
  *
  * Life of a registration:
- *   mrmgr_get() first tries the hit path: a lock-free walk of the interval
- *   tree validated by the cache's sequence count, then a reference taken on
- *   the calling thread's stripe of the region. Anything unusual (a miss, a
- *   tree change under the walk, a region being evicted) falls to the slow
- *   path, which runs under the cache lock: look again, widen the range over
- *   overlapping and adjacent regions (merge), let grow.c grow the one region
- *   absorbed in place (ibv_rereg_mr) or widen the span (headroom), evict
- *   least-recently-used idle regions to stay within the limits, register,
- *   publish.
- *   mrmgr_put() drops the reference on its stripe; only when the region is
+ *   mrmgr_get() first tries the hit path, inline (fast_hit()): the lookup
+ *   index in front of the interval tree (lookup.h) names a region that
+ *   contains the range with the access, validated by the cache's sequence
+ *   count, and a reference is taken on the calling thread's reference
+ *   word of the region (region.h). Anything unusual (a miss, a change
+ *   under way, a region being evicted, regions the index does not hold)
+ *   goes to get(): the same with retries and the tree, then the slow
+ *   path, which runs under the cache lock: look again, widen the range
+ *   over overlapping and adjacent regions (merge), let grow.c grow the
+ *   one region absorbed in place (ibv_rereg_mr) or widen the span
+ *   (headroom), evict idle regions to stay within the limits (evict.c
+ *   picks them), register, publish.
+ *   mrmgr_put() drops the reference on its word; only when the region is
  *   no longer live (invalidated, merged away, uncached) does it take the
  *   lock to see whether it was the last one and deregister.
  *
  * Why the hit path is safe without a lock:
- *   - tree changes happen between seq_write_begin/end; a reader that saw
- *     the same even sequence before and after its walk saw a consistent
- *     tree, and any region removal bumps the sequence;
+ *   - tree and index change together between seq_write_begin/end; a
+ *     reader that saw the same even sequence before and after its lookup
+ *     saw a consistent index (or tree), and any region removal bumps the
+ *     sequence;
  *   - region memory is type-stable (never freed before the cache), so a
- *     reader on a stale pointer reads garbage, not freed memory;
- *   - removing a region is "state := not live, then sum the stripes" while
- *     a hit is "add to my stripe, then load the state", all sequentially
- *     consistent: either the hit sees the new state and backs off, or the
- *     remover sees the reference and leaves the region to its last put.
+ *     reader on a stale pointer reads garbage, not freed memory, and its
+ *     reference lands in a word that is still a reference word;
+ *   - removing a region is "mark every reference word not live, then sum
+ *     them" while a hit is "add to my word and look at what it held":
+ *     read-modify-writes of the same word, so either the hit sees the
+ *     mark and backs off, or the remover's sum sees the reference and
+ *     leaves the region to its last put. A put is "subtract from my word
+ *     and look": the last put of a region marked not live sees the mark.
  *
- * LRU: hits only set a "used" flag on their own stripe; the eviction hand
- * gives used regions a second chance (CLOCK), so least-recently-used idle
- * regions go first without hits ever writing a shared list.
+ * LRU: hits only set a "used" bit in their own reference word; the
+ * eviction hand (evict.c) gives used regions a second chance (CLOCK), so
+ * least-recently-used idle regions go first without hits ever writing a
+ * shared list.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -713,7 +721,9 @@ int mrmgr__cache_get_locked(struct mrmgr_cache *c, uint64_t start,
  * reference on the thread's own word. NULL: get() does it all properly
  * (arguments and their errors, retries, the tree, the slow path). No
  * lock, no call, no write but to the thread's reference word and hit
- * counter.
+ * counter. Whatever get() checks before it may hit must be checked here
+ * too. Kept small on purpose: every instruction here is paid by every
+ * hit (bench/callgrind.sh counts them).
  */
 static inline __attribute__((always_inline)) struct mrmgr_region *
 fast_hit(struct mrmgr_cache *c, uintptr_t a, size_t length,

@@ -1,8 +1,9 @@
 /*
  * The cache object. Laid out by who writes what: the first line is read by
  * every hit and written only when the tree changes; the writer's state sits
- * behind the lock on lines of its own; per-slot hit counters sit on lines
- * of their own so hits never share a written line.
+ * behind the lock on lines of its own. Hits write only their thread's
+ * reference words and hit counters, which live in the region slabs
+ * (region.h), so hits never share a written line.
  *
  * SPDX-License-Identifier: MIT
  */

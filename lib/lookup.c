@@ -256,6 +256,23 @@ void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 		MRMGR__WRITE_ONCE(t->levels, t->levels & ~(UINT64_C(1) << l));
 }
 
+void mrmgr__lookup_clear(struct mrmgr_cache *c)
+{
+	struct mrmgr__lk_table *t = c->lookup.newest;
+
+	if (t) {
+		for (uint64_t i = 0; i <= t->mask; i++) {
+			MRMGR__WRITE_ONCE(t->slot[i].rp, 0);
+			MRMGR__WRITE_ONCE(t->slot[i].range, 0);
+		}
+		MRMGR__WRITE_ONCE(t->levels, 0);
+		MRMGR__WRITE_ONCE(t->partial, 0);
+	}
+	c->lookup.used = 0;
+	c->lookup.unindexed = 0;
+	memset(c->lookup.level_count, 0, sizeof(c->lookup.level_count));
+}
+
 void mrmgr__lookup_fini(struct mrmgr_cache *c)
 {
 	struct mrmgr__lk_table *t = c->lookup.newest;

@@ -174,6 +174,11 @@ struct mrmgr_cache;
 void mrmgr__lookup_insert(struct mrmgr_cache *c, struct mrmgr_region *r);
 /* r is being removed from the tree. */
 void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r);
+/*
+ * Forget every region at once (the tree is emptied the same way, as in a
+ * fork child): the index is emptied in place, allocating nothing.
+ */
+void mrmgr__lookup_clear(struct mrmgr_cache *c);
 /* Free every table (cache destruction, no readers left). */
 void mrmgr__lookup_fini(struct mrmgr_cache *c);
 

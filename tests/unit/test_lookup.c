@@ -383,3 +383,43 @@ Test(lookup, inline_path_rejects_bad_arguments)
 	fx_close(&f);
 	munmap(buf, 64 * KiB);
 }
+
+/* Emptied in place (what a fork child does to forget its parent's
+ * regions): nothing found, nothing left counted, and it fills again. */
+Test(lookup, clear_empties_in_place)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = limited(64, MRMGR_CACHE_NO_MERGE);
+	char *buf = map_rw(16 * 2 * PG, 0);
+	mrmgr_region_t *r;
+
+	fx_open(&f, &nopin, &a);
+	for (int i = 0; i < 16; i++) {
+		cr_assert_eq(mrmgr_get(f.cache, buf + i * 2 * PG, PG, RW, &r), 0);
+		mrmgr_put(r);
+	}
+	pthread_mutex_lock(&f.cache->lock);
+	const struct mrmgr__lk_table *t = f.cache->lk;
+
+	mrmgr__lookup_clear(f.cache);
+	cr_assert_eq(f.cache->lk, t, "the same table");
+	cr_assert_eq(f.cache->lookup.used, 0);
+	cr_assert_eq(t->levels, 0);
+	for (int i = 0; i < 16; i++)
+		cr_assert_null(mrmgr__lookup_find(
+			t, (uintptr_t)buf + i * 2 * PG,
+			((uintptr_t)buf >> 12) + i * 2,
+			((uintptr_t)buf >> 12) + i * 2, 0));
+	/* Back in step with the tree for the rest of the test. */
+	for (struct mrmgr__itree_node *n = mrmgr__itree_first(&f.cache->tree);
+	     n; n = mrmgr__itree_next(n))
+		mrmgr__lookup_insert(f.cache, mrmgr__container_of(
+					      n, struct mrmgr_region, node));
+	cr_assert_eq(f.cache->lookup.used, 16);
+	pthread_mutex_unlock(&f.cache->lock);
+	cr_assert_eq(mrmgr_get(f.cache, buf, PG, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(cstats(f.cache).hits, 1);
+	fx_close(&f);
+	munmap(buf, 16 * 2 * PG);
+}
