@@ -41,6 +41,7 @@
 #include <mrmgr/mrmgr.h>
 
 #include "compare.h"
+#include "growth.h"
 
 #define REGION_LEN (64 * KiB)
 #define STRIDE (128 * KiB) /* a gap after each region: nothing merges */
@@ -70,7 +71,7 @@ static struct {
 	.reps = 5,
 	.ops = 1000000,
 	.miss_ops = 20000,
-	.linear_steps = 10000,
+	.linear_steps = GROWTH_LINEAR_STEPS,
 	.unmap_iters = 20000,
 	.sections = ~0u,
 	.csv = "bench-compare.csv",
@@ -168,6 +169,8 @@ static char *map_area(size_t len)
 
 static const struct cost_model zero_cost = { 0, 0 };
 static struct cost_model churn_cost = { 10000, 100 };
+static const struct cost_model growth_cost = { GROWTH_REG_NS,
+					       GROWTH_REG_NS_PER_PAGE };
 
 /* ------------------------------------------------------------------ hit */
 
@@ -396,12 +399,22 @@ static void churn(const struct drv_ops *ops, struct drv *d, char *base,
 static void section_miss(void)
 {
 	char *base = map_area(CHURN_BUFFERS * STRIDE);
-	struct samples ns[NDRV] = { 0 }, regs[NDRV] = { 0 }, over[NDRV] = { 0 };
+	/* The caches, and UCX once more on the simulated HCA itself. */
+	const struct drv_ops *md[NDRV + 1];
+	size_t nmd = 0;
+	struct samples ns[NDRV + 1] = { 0 }, regs[NDRV + 1] = { 0 },
+		       over[NDRV + 1] = { 0 };
 	double model = (double)model_ns(&churn_cost, REGION_LEN);
 	double *t = calloc(opt.miss_ops, sizeof(*t));
 
 	if (!t)
 		die("calloc", ENOMEM);
+	for (size_t k = 0; k < ndrv; k++)
+		md[nmd++] = drivers[k];
+#ifdef HAVE_UCX
+	if (ndrv > 1)
+		md[nmd++] = &ucx_sim_drv;
+#endif
 	printf("\n## miss churn: %d buffers of 64 KiB, at most %d regions, "
 	       "uniform random get+put\n\n", CHURN_BUFFERS, CHURN_LIMIT);
 	printf("registration cost %llu ns + %llu ns/page = %.1f us per 64 KiB; "
@@ -411,14 +424,16 @@ static void section_miss(void)
 	       "than half the model, and above model = its median time minus "
 	       "the model:\nall a miss costs beyond the modelled "
 	       "registration (lookups, eviction, deregistration, the device's "
-	       "own bookkeeping).\n\n",
+	       "own bookkeeping).\nUCX: a callback that only busy-waits the "
+	       "model; UCX+sim: its callbacks register on the same simulated "
+	       "HCA as libmrmgr's.\n\n",
 	       (unsigned long long)churn_cost.reg_ns,
 	       (unsigned long long)churn_cost.reg_ns_per_page, model / 1000,
 	       (unsigned long long)opt.miss_ops, opt.reps);
 	for (int rep = 0; rep < opt.reps; rep++) {
-		for (size_t j = 0; j < ndrv; j++) {
-			size_t k = rep & 1 ? ndrv - 1 - j : j;
-			const struct drv_ops *ops = drivers[k];
+		for (size_t j = 0; j < nmd; j++) {
+			size_t k = rep & 1 ? nmd - 1 - j : j;
+			const struct drv_ops *ops = md[k];
 			uint64_t seed = 12345 + (uint64_t)rep, r0, nmiss = 0;
 			uint64_t keep = opt.miss_ops - opt.miss_ops / 100;
 			struct drv *d;
@@ -450,8 +465,9 @@ static void section_miss(void)
 	       "per miss |\n|---|---:|---:|---:|\n");
 	{
 		/* What the simulated HCA itself adds to the model (its
-		 * mapping check and bookkeeping): part of libmrmgr's misses
-		 * here, not of UCX's, whose callback only busy-waits. */
+		 * mapping check and bookkeeping): part of libmrmgr's and
+		 * UCX+sim's misses, not of UCX's, whose callback only
+		 * busy-waits. */
 		double dev = sim_reg_dereg_ns(&churn_cost, base, REGION_LEN,
 					      2000) - model;
 
@@ -460,15 +476,15 @@ static void section_miss(void)
 		csv_value("miss", "sim-reg-dereg", 1, 1, "sim",
 			  "ns_above_model", dev);
 	}
-	for (size_t k = 0; k < ndrv; k++) {
-		printf("| %s | %.0f | %.3f | %.0f |\n", drivers[k]->name,
+	for (size_t k = 0; k < nmd; k++) {
+		printf("| %s | %.0f | %.3f | %.0f |\n", md[k]->name,
 		       median(&ns[k]), median(&regs[k]), median(&over[k]));
 		csv_row("miss", "churn-10k-limit-1k", CHURN_LIMIT, 1,
-			drivers[k]->name, "ns_per_op", &ns[k]);
+			md[k]->name, "ns_per_op", &ns[k]);
 		csv_row("miss", "churn-10k-limit-1k", CHURN_LIMIT, 1,
-			drivers[k]->name, "registrations_per_op", &regs[k]);
+			md[k]->name, "registrations_per_op", &regs[k]);
 		csv_row("miss", "churn-10k-limit-1k", CHURN_LIMIT, 1,
-			drivers[k]->name, "ns_above_model_per_miss", &over[k]);
+			md[k]->name, "ns_above_model_per_miss", &over[k]);
 	}
 	if (ndrv > 1)
 		printf("\nlibmrmgr/UCX, ns per op: %.3f\n",
@@ -479,23 +495,22 @@ static void section_miss(void)
 
 /* ---------------------------------------------------------------- growth */
 
-static size_t size_at(int doubling, size_t i)
-{
-	return doubling ? PG << (i - 1) : i * PG;
-}
 
 static void section_growth(void)
 {
 	printf("\n## growth: one buffer grown step by step, get+put of the "
 	       "whole buffer at each step\n\n");
-	printf("registration cost 10 us + 100 ns/page; counts do not vary "
-	       "between runs, one run each.\nlibmrmgr: default settings "
-	       "(rereg in place, headroom); bench/growth shows the variants.\n\n");
+	printf("the patterns and cost model of bench/growth (10 us + 100 "
+	       "ns/page); counts do not vary between runs, one run each.\n"
+	       "libmrmgr: default settings (rereg in place, headroom), "
+	       "registrations = reg + successful rereg calls; bench/growth "
+	       "shows its variants.\n\n");
 	printf("| pattern | cache | registrations | pages registered | "
 	       "x final size | ns per step |\n|---|---|---:|---:|---:|---:|\n");
 	for (int doubling = 1; doubling >= 0; doubling--) {
-		size_t steps = doubling ? 15 : opt.linear_steps;
-		size_t final = size_at(doubling, steps);
+		size_t steps = doubling ? GROWTH_DOUBLING_STEPS
+					: opt.linear_steps;
+		size_t final = growth_size_at(doubling, steps);
 		char *mem = map_area(2 * final);
 
 		for (size_t k = 0; k < ndrv; k++) {
@@ -504,13 +519,14 @@ static void section_growth(void)
 			uint64_t regs, pages;
 			double t0, t;
 			int ret = ops->open(&d, 1u << 20, (uint64_t)1 << 50,
-					    &churn_cost);
+					    &growth_cost);
 
 			if (ret)
 				die(ops->name, ret);
 			t0 = now_ns();
 			for (size_t i = 1; i <= steps; i++) {
-				void *h = ops->get(d, mem, size_at(doubling, i));
+				void *h = ops->get(d, mem,
+						   growth_size_at(doubling, i));
 
 				if (!h)
 					die("growth get", EIO);

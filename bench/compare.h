@@ -111,10 +111,12 @@ extern const struct drv_ops mrmgr_drv;
 double sim_reg_dereg_ns(const struct cost_model *cost, void *p, size_t len,
 			int n);
 
-/* Comparable in magnitude; used for sorting samples. */
+/* qsort() order of doubles, ascending. */
 int cmp_double(const void *a, const void *b);
 #ifdef HAVE_UCX
 extern const struct drv_ops ucx_drv;
+/* UCX registering on the same simulated HCA as libmrmgr (miss section). */
+extern const struct drv_ops ucx_sim_drv;
 #endif
 
 /* compare_unmap.c: the unmap section; run in child processes. */

@@ -16,18 +16,31 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <mrmgr/mrmgr.h>
+#include <mrmgr/sim.h>
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
 
 #include "compare.h"
 
 #define PROT (PROT_READ | PROT_WRITE)
+#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+		IBV_ACCESS_REMOTE_READ)
 
 struct drv {
 	ucs_rcache_t *rc;
 	struct cost_model cost;
 	uint64_t regs, pages;
 	int events; /* UCM delivers unmap events */
+	/* "UCX+sim": registrations go to a simulated HCA like libmrmgr's */
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+};
+
+/* A region and the simulated MR behind it. */
+struct u_region {
+	ucs_rcache_region_t super;
+	struct ibv_mr *mr;
 };
 
 static ucs_status_t u_mem_reg(void *context, ucs_rcache_t *rc, void *arg,
@@ -39,7 +52,15 @@ static ucs_status_t u_mem_reg(void *context, ucs_rcache_t *rc, void *arg,
 	(void)rc;
 	(void)arg;
 	(void)flags;
-	busy_wait_ns(model_ns(&d->cost, len));
+	if (d->pd) {
+		struct u_region *ur = (struct u_region *)region;
+
+		if (mrmgr_sim_reg_mr(d->pd, (void *)region->super.start, len,
+				     ACCESS, &ur->mr))
+			return UCS_ERR_IO_ERROR;
+	} else {
+		busy_wait_ns(model_ns(&d->cost, len));
+	}
 	d->regs++; /* called under the rcache's write lock */
 	d->pages += len / PG;
 	return UCS_OK;
@@ -48,9 +69,11 @@ static ucs_status_t u_mem_reg(void *context, ucs_rcache_t *rc, void *arg,
 static void u_mem_dereg(void *context, ucs_rcache_t *rc,
 			ucs_rcache_region_t *region)
 {
-	(void)context;
+	struct drv *d = context;
+
 	(void)rc;
-	(void)region;
+	if (d->pd)
+		mrmgr_sim_dereg_mr(((struct u_region *)region)->mr);
 }
 
 static void u_dump(void *context, ucs_rcache_t *rc,
@@ -69,8 +92,9 @@ static const ucs_rcache_ops_t u_ops = {
 	.dump_region = u_dump,
 };
 
-static int u_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
-		  const struct cost_model *cost)
+static int open_common(struct drv **dp, uint64_t max_regions,
+		       uint64_t max_bytes, const struct cost_model *cost,
+		       int sim)
 {
 	ucs_rcache_params_t p;
 	struct drv *d = calloc(1, sizeof(*d));
@@ -79,8 +103,25 @@ static int u_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
 	if (!d)
 		return ENOMEM;
 	d->cost = *cost;
+	if (sim) {
+		struct mrmgr_sim_attr sa = {
+			.comp_mask = MRMGR_SIM_ATTR_FLAGS |
+				     MRMGR_SIM_ATTR_MEMLOCK |
+				     MRMGR_SIM_ATTR_COST,
+			.flags = MRMGR_SIM_FLAG_NO_PIN,
+			.memlock_bytes = UINT64_MAX,
+			.reg_ns = cost->reg_ns,
+			.reg_ns_per_page = cost->reg_ns_per_page,
+		};
+		int ret = mrmgr_sim_open(&sa, &d->ctx);
+
+		if (ret || (ret = mrmgr_sim_alloc_pd(d->ctx, &d->pd))) {
+			free(d);
+			return ret;
+		}
+	}
 	memset(&p, 0, sizeof(p));
-	p.region_struct_size = sizeof(ucs_rcache_region_t);
+	p.region_struct_size = sizeof(struct u_region);
 	p.alignment = PG;
 	p.max_alignment = PG;
 	p.ucm_events = UCM_EVENT_VM_UNMAPPED;
@@ -107,9 +148,25 @@ static int u_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
 	return 0;
 }
 
+static int u_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
+		  const struct cost_model *cost)
+{
+	return open_common(dp, max_regions, max_bytes, cost, 0);
+}
+
+static int us_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
+		   const struct cost_model *cost)
+{
+	return open_common(dp, max_regions, max_bytes, cost, 1);
+}
+
 static void u_close(struct drv *d)
 {
 	ucs_rcache_destroy(d->rc);
+	if (d->pd) {
+		mrmgr_sim_dealloc_pd(d->pd);
+		mrmgr_sim_close(d->ctx);
+	}
 	free(d);
 }
 
@@ -160,6 +217,19 @@ static const char *u_source(struct drv *d)
 	return d->events ? "UCM hooks (UCM_EVENT_VM_UNMAPPED)"
 			 : "none (UCM could not install its hooks)";
 }
+
+const struct drv_ops ucx_sim_drv = {
+	.name = "UCX+sim",
+	.open = us_open,
+	.close = u_close,
+	.get = u_get,
+	.put = u_put,
+	.invalidate = NULL,
+	.hit_loop = u_hit_loop,
+	.registrations = u_registrations,
+	.pages_registered = u_pages,
+	.event_source = u_source,
+};
 
 const struct drv_ops ucx_drv = {
 	.name = "UCX",

@@ -35,6 +35,8 @@
 #include <mrmgr/mrmgr.h>
 #include <mrmgr/sim.h>
 
+#include "growth.h"
+
 #define PG ((size_t)4096)
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
 		IBV_ACCESS_REMOTE_READ)
@@ -74,10 +76,9 @@ static void die(const char *what, int err)
 	exit(1);
 }
 
-/* The size at step i (1-based) of a pattern. */
 static size_t size_at(int doubling, size_t i)
 {
-	return doubling ? PG << (i - 1) : i * PG;
+	return growth_size_at(doubling, i);
 }
 
 /* One run; returns ns per step and fills the statistics. */
@@ -90,8 +91,8 @@ static double run_once(const struct variant *v, int doubling, size_t steps,
 		.personality = v->personality,
 		.flags = MRMGR_SIM_FLAG_NO_PIN,
 		.memlock_bytes = UINT64_MAX,
-		.reg_ns = 10000,
-		.reg_ns_per_page = 100,
+		.reg_ns = GROWTH_REG_NS,
+		.reg_ns_per_page = GROWTH_REG_NS_PER_PAGE,
 	};
 	struct mrmgr_cache_attr ca = {
 		.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES | MRMGR_CACHE_ATTR_FLAGS,
@@ -183,7 +184,7 @@ static void run(const struct variant *v, int doubling, size_t steps,
 
 int main(int argc, char **argv)
 {
-	size_t steps = 10000;
+	size_t steps = GROWTH_LINEAR_STEPS;
 	unsigned int repeat = 1;
 
 	for (int i = 1; i < argc; i++) {
@@ -207,7 +208,7 @@ int main(int argc, char **argv)
 	printf("| pattern   | variant                    | reg    | rereg  | pages reg.   | x final| cache peak MiB | x final | device peak MiB | x final | ns/step    |\n");
 	printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 	for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++)
-		run(&variants[v], 1, 15, repeat);
+		run(&variants[v], 1, GROWTH_DOUBLING_STEPS, repeat);
 	for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++)
 		run(&variants[v], 0, steps, repeat);
 	return 0;
