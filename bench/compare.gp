@@ -12,7 +12,7 @@ set logscale x
 set logscale y
 set format x "%.0s%c"
 set grid xtics ytics mytics
-set key top left
+set key bottom right
 plot datafile using 1:2 with linespoints lw 2 pt 7 lc rgb "#1f77b4" title "libmrmgr, 1 thread", \
      datafile using 1:4 with linespoints lw 2 pt 5 dt 2 lc rgb "#1f77b4" title "libmrmgr, 2 threads", \
      datafile using 1:($3 > 0 ? $3 : NaN) with linespoints lw 2 pt 7 lc rgb "#d62728" title "UCX rcache, 1 thread", \
