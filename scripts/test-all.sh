@@ -1,7 +1,8 @@
 #!/bin/sh
 # Quick start, second command: the whole test suite.
 #  1. a -Werror build and `make check` (unit tests on the simulated HCA,
-#     the pkg-config consumer, the exported-symbol baseline);
+#     the pkg-config consumer, the exported-symbol baseline), and the
+#     library under ThreadSanitizer with a stress driver (`make check-tsan`);
 #  2. the ABI baseline (abidiff), `make distcheck`, `make doc`;
 #  3. the real-verbs tier: the same kind of tests on Soft-RoCE (rxe0) in a
 #     qemu guest (`make check-rxe`); MRMGR_SKIP_RXE=1 leaves it out.
@@ -22,6 +23,8 @@ if ! make -s check; then
 	cat test-suite.log >&2 || true
 	exit 1
 fi
+step "ThreadSanitizer stress"
+make -s check-tsan
 step "ABI baseline"
 "$top/tests/abi/abidiff.sh"
 step "documentation"
