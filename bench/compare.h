@@ -119,6 +119,60 @@ extern const struct drv_ops ucx_drv;
 extern const struct drv_ops ucx_sim_drv;
 #endif
 
+/* ------------------------------------------------------ compare.c */
+
+#define REGION_LEN (64 * KiB)
+#define STRIDE (128 * KiB) /* a gap after each region: nothing merges */
+#define MAX_REPS 31
+
+#ifdef HAVE_UCX
+#define NDRV_MAX 2
+#else
+#define NDRV_MAX 1
+#endif
+extern const struct drv_ops *drivers[NDRV_MAX]; /* the caches compared */
+extern size_t ndrv;
+
+struct options {
+	int reps;
+	uint64_t ops;          /* hit ops per thread per repetition */
+	uint64_t miss_ops;     /* miss-churn ops per repetition */
+	size_t linear_steps;
+	uint64_t unmap_iters;
+	unsigned int sections;
+	const char *csv, *plot;
+	int quick;
+	int max_threads;
+};
+extern struct options opt;
+
+/* Repetitions of one measurement. */
+struct samples {
+	double v[MAX_REPS];
+	int n;
+};
+void add(struct samples *s, double v);
+double median(const struct samples *s);
+double smin(const struct samples *s);
+double smax(const struct samples *s);
+
+/* A CSV row: the samples' median, min, max and count. */
+void csv_row(const char *section, const char *workload,
+	     unsigned long long param, int threads, const char *impl,
+	     const char *metric, const struct samples *s);
+void csv_value(const char *section, const char *workload,
+	       unsigned long long param, int threads, const char *impl,
+	       const char *metric, double v);
+
+/* Exit with a message. */
+void die(const char *what, int err) __attribute__((noreturn));
+/* Anonymous read-write memory, not reserved (most is never touched). */
+char *map_area(size_t len);
+
+/* compare_hit.c: the hit section; --regions sets its region counts. */
+void section_hit(void);
+void hit_set_sizes(const char *list);
+
 /* compare_unmap.c: the unmap section; run in child processes. */
 struct unmap_result {
 	double ns_pair;     /* mmap + munmap */
