@@ -74,6 +74,9 @@ run_example() { # name command...
 		record "$name" PASS "$(elapsed "$t0")"
 	fi
 }
+# (examples/growable_buffer is not here: it plays the remote peer with
+# mrmgr_sim_write(), so it runs on the simulated HCA only;
+# tests/rxe/test_growth covers growable buffers on the device.)
 run_example examples/demo ./examples/demo --messages 3000
 run_example examples/basic_cache ./examples/basic_cache
 # rxe has no ODP: the example must say that it fell back to pinning.
