@@ -386,50 +386,26 @@ static int copy_self(void *local, uint64_t remote, size_t len, int to_remote)
 	return 0;
 }
 
-static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
-		      void *buf, size_t len, int write)
+int mrmgr__sim_access_mr(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m,
+			 uint64_t raddr, void *buf, size_t len, int write,
+			 uint64_t *wait_ns)
 {
 	unsigned int need = write ? IBV_ACCESS_REMOTE_WRITE
 				  : IBV_ACCESS_REMOTE_READ;
-	struct mrmgr__sim_pd *spd;
-	struct mrmgr__sim_ctx *s;
-	struct mrmgr__sim_mr *m;
-	uint64_t base, wait_ns = 0;
+	uint64_t base = (uintptr_t)m->ibmr.addr;
 	int ret = 0;
 
-	if (!buf || !len) {
-		mrmgr__warn("sim_%s: NULL buffer or zero length",
-			    write ? "write" : "read");
-		return EINVAL;
-	}
-	spd = mrmgr__sim_pd_get(pd);
-	if (!spd)
-		return EINVAL;
-	s = spd->sctx;
-
-	/*
-	 * Check and copy under the device lock so the MR cannot be
-	 * deregistered (and its pages let go) halfway through.
-	 */
-	pthread_mutex_lock(&s->lock);
-	m = mrmgr__sim_mr_by_rkey(s, rkey);
-	if (!m || m->spd != spd) {
-		ret = ENOENT;
-	} else {
-		base = (uintptr_t)m->ibmr.addr;
-		if (raddr < base || len > m->ibmr.length ||
-		    raddr - base > m->ibmr.length - len)
-			ret = ERANGE;
-		else if (!(m->access & need))
-			ret = EACCES;
-	}
+	if (raddr < base || len > m->ibmr.length ||
+	    raddr - base > m->ibmr.length - len)
+		ret = ERANGE;
+	else if (!(m->access & need))
+		ret = EACCES;
 	if (ret) {
 		s->stats.access_errors++;
-		pthread_mutex_unlock(&s->lock);
 		return ret;
 	}
 	if (m->odp) /* ODP follows the mapping: faults, never stale */
-		ret = mrmgr__sim_odp_access(s, m, raddr, len, write, &wait_ns);
+		ret = mrmgr__sim_odp_access(s, m, raddr, len, write, wait_ns);
 	else
 		ret = m->pfns ? check_identity(m, raddr, len)
 			      : check_mapped(raddr, len);
@@ -443,12 +419,50 @@ static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
 		s->stats.writes++;
 	else
 		s->stats.reads++;
-	pthread_mutex_unlock(&s->lock);
-	mrmgr__sim_busy_wait(wait_ns);
 	if (ret == ESTALE)
 		mrmgr__dbg("sim %s: stale %s at %#llx+%zu (rkey %#x)",
 			   s->ibdev.name, write ? "write" : "read",
-			   (unsigned long long)raddr, len, rkey);
+			   (unsigned long long)raddr, len, m->ibmr.rkey);
+	return ret;
+}
+
+static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
+		      void *buf, size_t len, int write)
+{
+	struct mrmgr__sim_pd *spd;
+	struct mrmgr__sim_ctx *s;
+	struct mrmgr__sim_mr *m;
+	uint64_t wait_ns = 0;
+	int ret;
+
+	if (!buf || !len) {
+		mrmgr__warn("sim_%s: NULL buffer or zero length",
+			    write ? "write" : "read");
+		return EINVAL;
+	}
+	spd = mrmgr__sim_pd_get(pd);
+	if (!spd)
+		return EINVAL;
+	if (spd->imported) /* the owner's MR, maybe in another process */
+		return mrmgr__sim_import_access(spd, rkey, raddr, buf, len,
+						write);
+	s = spd->sctx;
+
+	/*
+	 * Check and copy under the device lock so the MR cannot be
+	 * deregistered (and its pages let go) halfway through.
+	 */
+	pthread_mutex_lock(&s->lock);
+	m = mrmgr__sim_mr_by_rkey(s, rkey);
+	if (!m || m->spd != spd) {
+		s->stats.access_errors++;
+		ret = ENOENT;
+	} else {
+		ret = mrmgr__sim_access_mr(s, m, raddr, buf, len, write,
+					   &wait_ns);
+	}
+	pthread_mutex_unlock(&s->lock);
+	mrmgr__sim_busy_wait(wait_ns);
 	return ret;
 }
 
