@@ -268,7 +268,7 @@ static pthread_mutex_t verdict_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct verdict verdicts[MAX_VERDICTS];
 static unsigned int nverdicts, verdict_next;
 
-static int probe_import(struct ibv_pd *pd)
+int mrmgr__share_probe(struct ibv_pd *pd)
 {
 	const struct mrmgr__backend *be = mrmgr__backend_for(pd);
 	const char *name = pd->context->device->name;
@@ -343,7 +343,7 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 			   "mrmgr_get_pd() it there first", (void *)pd);
 		return EINVAL;
 	}
-	ret = probe_import(mr->pd);
+	ret = mrmgr__share_probe(mr->pd);
 	if (ret) {
 		mrmgr__err("mrmgr_region_export: %s cannot share MRs with other "
 			   "processes (ibv_import_*: %s)",

@@ -82,6 +82,10 @@ void mrmgr__share_update_set(struct mrmgr_cache *c, struct mrmgr_region *r);
  * delta (share_importers, imports). */
 void mrmgr__export_importers(struct mrmgr_export *e, int delta);
 
+/* Whether the device of pd can import (0) or not (EOPNOTSUPP), asked once
+ * per device; another errno when the question could not be asked. */
+int mrmgr__share_probe(struct ibv_pd *pd);
+
 /* import.c, for share_client.c: the owner revoked the import. */
 struct mrmgr_import;
 void mrmgr__import_set_revoked(struct mrmgr_import *imp);

@@ -131,6 +131,37 @@ static inline struct tbl_pd *pd_table(const char *map)
 
 /* ------------------------------------------------------------ owner */
 
+/*
+ * Map the owner's table away from where the program's own mappings come
+ * and go (the kernel hands out a just-unmapped range first), so opening a
+ * simulated device never takes an address a program or a test has just
+ * freed and expects to stay unmapped. Any free spot will do, else any.
+ */
+#ifndef MAP_FIXED_NOREPLACE /* Linux 4.17 */
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#define TABLE_AREA UINT64_C(0x500000000000)
+
+static void *map_table(int fd)
+{
+	static unsigned int next;
+	uint64_t stride = (TABLE_BYTES + (UINT64_C(1) << 21) - 1) &
+			  ~((UINT64_C(1) << 21) - 1);
+
+	for (int i = 0; i < 16; i++) {
+		unsigned int k = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % 65536;
+		void *want = (void *)(uintptr_t)(TABLE_AREA + k * stride);
+		void *p = mmap(want, TABLE_BYTES, PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+
+		if (p == want)
+			return p;
+		if (p != MAP_FAILED) /* an old kernel took it as a hint */
+			munmap(p, TABLE_BYTES);
+	}
+	return mmap(NULL, TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+}
+
 void mrmgr__sim_share_open(struct mrmgr__sim_ctx *s)
 {
 	struct mrmgr__sim_share *sh = calloc(1, sizeof(*sh));
@@ -142,8 +173,7 @@ void mrmgr__sim_share_open(struct mrmgr__sim_ctx *s)
 	fd = memfd_create("mrmgr-sim-uverbs", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0 || ftruncate(fd, (off_t)TABLE_BYTES) != 0)
 		goto fail;
-	sh->map = mmap(NULL, TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED,
-		       fd, 0);
+	sh->map = map_table(fd);
 	if (sh->map == MAP_FAILED)
 		goto fail;
 	h = (struct tbl_hdr *)(void *)sh->map;
