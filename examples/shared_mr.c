@@ -110,7 +110,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	memset(&r, 0, sizeof(r));
-	if (!sim && (ret = open_real(&r)) < 0)
+	if (!sim && open_real(&r) < 0)
 		return 1;
 	if (!r.real && open_sim(&r))
 		return 1;
