@@ -44,7 +44,7 @@
  *    makes pages present like ibv_advise_mr(). The rxe personality
  *    refuses ODP (@c EINVAL) and advice (@c EOPNOTSUPP), as rdma_rxe does;
  *  - cross-process sharing (mlx5 personality): a device's @c cmd_fd is a
- *    real descriptor (a sealed memfd holding the device's table of PDs
+ *    real descriptor (a read-only memfd holding the device's table of PDs
  *    and MRs, the way the kernel's objects hang off the uverbs file), so
  *    it can be passed with @c SCM_RIGHTS; mrmgr_sim_import_device(),
  *    mrmgr_sim_import_pd() and mrmgr_sim_import_mr() give another

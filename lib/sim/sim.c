@@ -288,7 +288,7 @@ int mrmgr__sim_open(const struct mrmgr_sim_attr *attr, int table,
 	 * helpers check abi_compat before using the extended ops, so a sim
 	 * context handed to them by mistake fails with EOPNOTSUPP/NULL rather
 	 * than jumping through garbage. cmd_fd becomes the export table, a
-	 * sealed memfd (sim_share.c), below.
+	 * read-only memfd (sim_share.c), below.
 	 */
 	sctx->ibctx.cmd_fd = -1;
 	sctx->ibctx.async_fd = -1;

@@ -15,13 +15,15 @@
  *   PD table  handle, state
  *
  * The owner writes entries under its device lock at every registration,
- * re-registration, deregistration, PD allocation and deallocation; readers
+ * re-registration, deregistration, PD allocation and deallocation, with
+ * pwrite() through a descriptor of its own (it maps nothing, so opening a
+ * device never takes an address the program has just unmapped); readers
  * in other processes see them through a read-only shared mapping, each
- * entry guarded by a sequence count (odd while written). The memfd is
- * sealed against writes through the descriptor (F_SEAL_FUTURE_WRITE), so
- * a sim context handed to libibverbs by mistake cannot scribble on it.
- * Entries are found by handle hash with a few probes; an MR that finds no
- * free entry cannot be imported (mrmgr_sim_stats::unexportable_mrs).
+ * entry guarded by a sequence count (odd while written). cmd_fd itself is
+ * a read-only open of the memfd, so a sim context handed to libibverbs by
+ * mistake cannot write to the table through it. Entries are found by
+ * handle hash with a few probes; an MR that finds no free entry cannot be
+ * imported (mrmgr_sim_stats::unexportable_mrs).
  *
  * What an import is, as in rdma-core: the same handles and keys, no
  * reference counting. When the owner deregisters an MR its entry goes
@@ -61,10 +63,6 @@
 #include "log.h"
 #include "sim/sim_internal.h"
 
-#ifndef F_SEAL_FUTURE_WRITE /* Linux 5.1 */
-#define F_SEAL_FUTURE_WRITE 0x0010
-#endif
-
 #define PAGE MRMGR__SIM_PAGE_SIZE
 #define TABLE_MAGIC 0x6d727368u /* "mrsh" */
 #define TABLE_VERSION 1u
@@ -100,10 +98,19 @@ struct tbl_pd {
 #define PDS_OFF (MRS_OFF + TABLE_MRS * sizeof(struct tbl_mr))
 #define TABLE_BYTES (PDS_OFF + TABLE_PDS * sizeof(struct tbl_pd))
 
-/* Owner side: the device's own table. */
+/*
+ * Owner side: the device's own table, written through a private
+ * descriptor (no mapping in the owner: opening a device maps nothing, so
+ * it never takes an address a program has just unmapped), with a shadow
+ * of each entry's sequence count and of which entries are used.
+ */
 struct mrmgr__sim_share {
-	char *map;
+	int wfd;   /* read-write; cmd_fd is a read-only open of the same file */
 	pid_t pid; /* the opener: only it writes (see the header comment) */
+	uint32_t mr_seq[TABLE_MRS];
+	uint32_t pd_seq[TABLE_PDS];
+	uint64_t mr_used[TABLE_MRS / 64];
+	uint64_t pd_used[TABLE_PDS / 64];
 };
 
 /* Importer side: an imported context's view of its owner. */
@@ -119,86 +126,71 @@ struct mrmgr__sim_import {
 	size_t nmrs, cap;
 };
 
-static inline struct tbl_mr *mr_table(const char *map)
+static inline const struct tbl_mr *mr_table(const char *map)
 {
-	return (struct tbl_mr *)(void *)(map + MRS_OFF);
+	return (const struct tbl_mr *)(const void *)(map + MRS_OFF);
 }
 
-static inline struct tbl_pd *pd_table(const char *map)
+static inline const struct tbl_pd *pd_table(const char *map)
 {
-	return (struct tbl_pd *)(void *)(map + PDS_OFF);
+	return (const struct tbl_pd *)(const void *)(map + PDS_OFF);
 }
 
 /* ------------------------------------------------------------ owner */
 
-/*
- * Map the owner's table away from where the program's own mappings come
- * and go (the kernel hands out a just-unmapped range first), so opening a
- * simulated device never takes an address a program or a test has just
- * freed and expects to stay unmapped. Any free spot will do, else any.
- */
-#ifndef MAP_FIXED_NOREPLACE /* Linux 4.17 */
-#define MAP_FIXED_NOREPLACE 0x100000
-#endif
-#define TABLE_AREA UINT64_C(0x500000000000)
-
-static void *map_table(int fd)
+static int pwrite_all(int fd, const void *buf, size_t n, off_t off)
 {
-	static unsigned int next;
-	uint64_t stride = (TABLE_BYTES + (UINT64_C(1) << 21) - 1) &
-			  ~((UINT64_C(1) << 21) - 1);
+	while (n) {
+		ssize_t w = pwrite(fd, buf, n, off);
 
-	for (int i = 0; i < 16; i++) {
-		unsigned int k = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % 65536;
-		void *want = (void *)(uintptr_t)(TABLE_AREA + k * stride);
-		void *p = mmap(want, TABLE_BYTES, PROT_READ | PROT_WRITE,
-			       MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
-
-		if (p == want)
-			return p;
-		if (p != MAP_FAILED) /* an old kernel took it as a hint */
-			munmap(p, TABLE_BYTES);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		buf = (const char *)buf + w;
+		n -= (size_t)w;
+		off += w;
 	}
-	return mmap(NULL, TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return 0;
 }
 
 void mrmgr__sim_share_open(struct mrmgr__sim_ctx *s)
 {
 	struct mrmgr__sim_share *sh = calloc(1, sizeof(*sh));
-	struct tbl_hdr *h;
-	int fd = -1;
+	struct tbl_hdr h;
+	char path[64];
+	int fd = -1, ro = -1;
 
 	if (!sh)
 		goto fail;
 	fd = memfd_create("mrmgr-sim-uverbs", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0 || ftruncate(fd, (off_t)TABLE_BYTES) != 0)
 		goto fail;
-	sh->map = map_table(fd);
-	if (sh->map == MAP_FAILED)
+	memset(&h, 0, sizeof(h));
+	h.magic = TABLE_MAGIC;
+	h.version = TABLE_VERSION;
+	h.personality = s->personality;
+	h.nmrs = TABLE_MRS;
+	h.npds = TABLE_PDS;
+	h.owner_pid = (int32_t)getpid();
+	h.owner_token = (uint64_t)(uintptr_t)&s->ibctx;
+	h.size = TABLE_BYTES;
+	snprintf(h.name, sizeof(h.name), "%s", s->ibdev.name);
+	if (pwrite_all(fd, &h, sizeof(h), 0))
 		goto fail;
-	h = (struct tbl_hdr *)(void *)sh->map;
-	h->magic = TABLE_MAGIC;
-	h->version = TABLE_VERSION;
-	h->personality = s->personality;
-	h->nmrs = TABLE_MRS;
-	h->npds = TABLE_PDS;
-	h->owner_pid = (int32_t)getpid();
-	h->owner_token = (uint64_t)(uintptr_t)&s->ibctx;
-	h->size = TABLE_BYTES;
-	snprintf(h->name, sizeof(h->name), "%s", s->ibdev.name);
-	/* Our mapping stays writable; the descriptor and new mappings not. */
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
-				       F_SEAL_FUTURE_WRITE) != 0)
-		(void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+	(void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+	/* Importers get a read-only descriptor: a sim context handed to
+	 * libibverbs by mistake cannot write to the table through it. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	sh->wfd = fd;
 	sh->pid = getpid();
 	s->share = sh;
-	s->ibctx.cmd_fd = fd;
+	s->ibctx.cmd_fd = ro >= 0 ? ro : fd;
 	return;
 fail:
 	mrmgr__info("sim %s: no export table (%s): its objects cannot be "
 		    "imported", s->ibdev.name, strerror(errno));
-	if (sh && sh->map && sh->map != MAP_FAILED)
-		munmap(sh->map, TABLE_BYTES);
 	if (fd >= 0)
 		close(fd);
 	free(sh);
@@ -207,7 +199,8 @@ fail:
 void mrmgr__sim_share_close(struct mrmgr__sim_ctx *s)
 {
 	if (s->share) {
-		munmap(s->share->map, TABLE_BYTES);
+		if (s->share->wfd != s->ibctx.cmd_fd)
+			close(s->share->wfd);
 		free(s->share);
 		s->share = NULL;
 	}
@@ -224,16 +217,23 @@ void mrmgr__sim_share_close(struct mrmgr__sim_ctx *s)
 	s->ibctx.cmd_fd = -1;
 }
 
-/* Writers: the owner's device lock serialises them. */
-static void seq_begin(uint32_t *seq)
+/*
+ * Write an entry for readers in other processes: its sequence count odd,
+ * the body, the count even, each a write of its own so a reader that saw
+ * the same even count before and after its copy saw no write. The owner's
+ * device lock serialises writers.
+ */
+static void write_entry(const struct mrmgr__sim_share *sh, off_t off,
+			uint32_t *seq, const void *body, size_t n)
 {
-	__atomic_store_n(seq, *seq + 1, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-}
+	uint32_t v = ++*seq;
 
-static void seq_end(uint32_t *seq)
-{
-	__atomic_store_n(seq, *seq + 1, __ATOMIC_RELEASE);
+	if (pwrite_all(sh->wfd, &v, sizeof(v), off) ||
+	    pwrite_all(sh->wfd, body, n, off + (off_t)sizeof(v)))
+		mrmgr__warn("sim: writing the export table failed: %s",
+			    strerror(errno));
+	v = ++*seq;
+	(void)pwrite_all(sh->wfd, &v, sizeof(v), off);
 }
 
 static int writer(const struct mrmgr__sim_ctx *s)
@@ -241,77 +241,85 @@ static int writer(const struct mrmgr__sim_ctx *s)
 	return s->share && s->share->pid == getpid();
 }
 
+static int take_free(uint64_t *used, uint32_t n, uint32_t handle, uint32_t *idx)
+{
+	for (uint32_t i = 0; i < PROBES; i++) {
+		uint32_t k = (handle + i) & (n - 1);
+
+		if (!(used[k / 64] & (UINT64_C(1) << (k % 64)))) {
+			used[k / 64] |= UINT64_C(1) << (k % 64);
+			*idx = k;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 void mrmgr__sim_share_mr(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m,
 			 int live)
 {
-	struct tbl_mr *t, *e = NULL;
+	struct mrmgr__sim_share *sh = s->share;
+	struct tbl_mr e;
+	uint32_t k;
 
 	if (!writer(s))
 		return;
-	t = mr_table(s->share->map);
 	if (m->share_slot) {
-		e = &t[m->share_slot - 1];
+		k = m->share_slot - 1;
 	} else if (live) {
-		for (uint32_t i = 0; i < PROBES && !e; i++) {
-			struct tbl_mr *c = &t[(m->ibmr.handle + i) & (TABLE_MRS - 1)];
-
-			if (c->state == ENTRY_FREE)
-				e = c;
-		}
-		if (!e) {
+		if (!take_free(sh->mr_used, TABLE_MRS, m->ibmr.handle, &k)) {
 			s->stats.unexportable_mrs++;
 			return;
 		}
-		m->share_slot = (uint32_t)(e - t) + 1;
+		m->share_slot = k + 1;
 	} else {
 		return;
 	}
-	seq_begin(&e->seq);
+	memset(&e, 0, sizeof(e));
 	if (live) {
-		e->handle = m->ibmr.handle;
-		e->pd_handle = m->spd->ibpd.handle;
-		e->lkey = m->ibmr.lkey;
-		e->rkey = m->ibmr.rkey;
-		e->access = m->access;
-		e->addr = (uint64_t)(uintptr_t)m->ibmr.addr;
-		e->length = m->ibmr.length;
-		e->state = ENTRY_LIVE;
+		e.state = ENTRY_LIVE;
+		e.handle = m->ibmr.handle;
+		e.pd_handle = m->spd->ibpd.handle;
+		e.lkey = m->ibmr.lkey;
+		e.rkey = m->ibmr.rkey;
+		e.access = m->access;
+		e.addr = (uint64_t)(uintptr_t)m->ibmr.addr;
+		e.length = m->ibmr.length;
 	} else {
-		e->state = ENTRY_FREE;
+		sh->mr_used[k / 64] &= ~(UINT64_C(1) << (k % 64));
 		m->share_slot = 0;
 	}
-	seq_end(&e->seq);
+	write_entry(sh, (off_t)(MRS_OFF + k * sizeof(e)), &sh->mr_seq[k],
+		    &e.state, sizeof(e) - offsetof(struct tbl_mr, state));
 }
 
 void mrmgr__sim_share_pd(struct mrmgr__sim_ctx *s, struct mrmgr__sim_pd *spd,
 			 int live)
 {
-	struct tbl_pd *t, *e = NULL;
+	struct mrmgr__sim_share *sh = s->share;
+	struct tbl_pd e;
+	uint32_t k;
 
 	if (!writer(s))
 		return;
-	t = pd_table(s->share->map);
 	if (spd->share_slot) {
-		e = &t[spd->share_slot - 1];
+		k = spd->share_slot - 1;
 	} else if (live) {
-		for (uint32_t i = 0; i < PROBES && !e; i++) {
-			struct tbl_pd *c = &t[(spd->ibpd.handle + i) & (TABLE_PDS - 1)];
-
-			if (c->state == ENTRY_FREE)
-				e = c;
-		}
-		if (!e)
+		if (!take_free(sh->pd_used, TABLE_PDS, spd->ibpd.handle, &k))
 			return;
-		spd->share_slot = (uint32_t)(e - t) + 1;
+		spd->share_slot = k + 1;
 	} else {
 		return;
 	}
-	seq_begin(&e->seq);
-	e->handle = spd->ibpd.handle;
-	e->state = live ? ENTRY_LIVE : ENTRY_FREE;
-	if (!live)
+	memset(&e, 0, sizeof(e));
+	e.state = live ? ENTRY_LIVE : ENTRY_FREE;
+	e.handle = spd->ibpd.handle;
+	if (!live) {
+		sh->pd_used[k / 64] &= ~(UINT64_C(1) << (k % 64));
 		spd->share_slot = 0;
-	seq_end(&e->seq);
+	}
+	write_entry(sh, (off_t)(PDS_OFF + k * sizeof(e)), &sh->pd_seq[k],
+		    &e.state, sizeof(e) - offsetof(struct tbl_pd, state));
 }
 
 int mrmgr__sim_can_import(struct ibv_context *ctx)

@@ -40,7 +40,7 @@ static void owner_close(struct owner *o)
 	munmap(o->buf, LEN);
 }
 
-Test(sim_share, cmd_fd_is_a_sealed_descriptor_to_pass)
+Test(sim_share, cmd_fd_is_a_read_only_descriptor_to_pass)
 {
 	struct owner o;
 
