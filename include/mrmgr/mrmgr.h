@@ -930,7 +930,9 @@ typedef struct mrmgr_import mrmgr_import_t;
  * Open an importer on an exporting device's command descriptor
  * (received with @c SCM_RIGHTS): ibv_import_device(), or
  * mrmgr_sim_import_device() for a simulated device's. The importer owns
- * @p cmd_fd on success; on failure it stays the caller's.
+ * @p cmd_fd on success; on failure it stays the caller's. An importer's
+ * calls may run concurrently from any thread; an import, like a region,
+ * must not be used after its release.
  *
  * @return 0; @c EINVAL (NULL, a descriptor of neither kind);
  *         @c EOPNOTSUPP when the device cannot import (rxe, siw);
@@ -1061,8 +1063,9 @@ MRMGR_EXPORT int mrmgr_share_server_create(mrmgr_cache_t *cache,
 					   const struct mrmgr_share_server_attr *attr,
 					   mrmgr_share_server_t **srv);
 /**
- * Add a connected peer socket (the server owns it from now on) and greet
- * it with the device's command descriptor.
+ * Add a connected peer socket (the server owns it on success; on failure
+ * it stays the caller's) and greet it with the device's command
+ * descriptor. A peer that closes its socket detaches everything it had.
  * @return 0; @c EINVAL (not a @c SOCK_SEQPACKET UNIX socket); the
  *         socket's errno.
  */
@@ -1118,8 +1121,9 @@ MRMGR_EXPORT int mrmgr_share_server_destroy(mrmgr_share_server_t *srv,
 
 /**
  * Create the importer's end of the sharing helper on a connected socket
- * (owned by the client from now on): wait up to @p timeout_ms for the
- * owner's greeting and open an importer on its command descriptor.
+ * (owned by the client on success; on failure it stays the caller's):
+ * wait up to @p timeout_ms (-1: forever) for the owner's greeting and
+ * open an importer on its command descriptor.
  * Thread safety: one thread drives a client.
  *
  * @return 0; @c EINVAL; @c ETIMEDOUT; @c EPROTO (not a share server);
