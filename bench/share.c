@@ -173,6 +173,9 @@ static void bench_lazy(int repeat)
 	char *buf = mmap(NULL, n * len, PROT_READ | PROT_WRITE,
 			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	double miss = 1e18, lazy = 1e18;
+	struct mrmgr_cache_attr ca = {
+		.comp_mask = MRMGR_CACHE_ATTR_FLAGS, .flags = MRMGR_CACHE_NO_MERGE,
+	};
 
 	die(buf == MAP_FAILED ? ENOMEM : 0, "mmap");
 	die(mrmgr_sim_open(&sa, &ctx), "sim open");
@@ -183,7 +186,7 @@ static void bench_lazy(int repeat)
 		mrmgr_region_t *r;
 		double t0;
 
-		die(mrmgr_cache_create_multi(pd, 2, NULL, &c), "cache");
+		die(mrmgr_cache_create_multi(pd, 2, &ca, &c), "cache");
 		t0 = now_ns();
 		for (size_t i = 0; i < n; i++) {
 			die(mrmgr_get(c, buf + i * len, len, ACCESS, &r), "miss");
