@@ -267,7 +267,7 @@ struct mrmgr__sim_ctx *mrmgr__sim_ctx_find(const struct ibv_context *ctx);
 int mrmgr__sim_open(const struct mrmgr_sim_attr *attr, int table,
 		    struct mrmgr__sim_ctx **out);
 
-/* sim_share.c: the export table (cmd_fd) and imports. */
+/* sim_share.c (the export table behind cmd_fd) and sim_import.c (imports). */
 #define MRMGR__SIM_IMPORT_MAGIC 0x73696d69u /* "simi" */
 /* Create the table at open (cmd_fd); failure leaves cmd_fd at -1. */
 void mrmgr__sim_share_open(struct mrmgr__sim_ctx *sctx);
