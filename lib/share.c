@@ -79,7 +79,7 @@ int mrmgr__share_get(struct mrmgr_cache *c, struct mrmgr_region *r)
 	return 0;
 }
 
-static int cache_share(struct mrmgr_cache *c)
+int mrmgr__share_cache_get(struct mrmgr_cache *c)
 {
 	if (!c->share) {
 		c->share = calloc(1, sizeof(*c->share));
@@ -92,7 +92,7 @@ static int cache_share(struct mrmgr_cache *c)
 void mrmgr__share_update_set(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	struct mrmgr__share *sh = r->share;
-	int in = sh->npd_mrs >= 2 || sh->nexports > 0;
+	int in = sh->npd_mrs >= 2 || sh->nexports > 0 || sh->naliases > 0;
 
 	if (in != sh->in_set) {
 		sh->in_set = in;
@@ -142,13 +142,16 @@ void mrmgr__share_invalidated(struct mrmgr_cache *c, struct mrmgr_region *r)
 		importers += e->importers;
 		c->st.share_revocations++;
 	}
-	if (r->share->exports)
-		mrmgr__info("[%#llx, +%llu) invalidated while exported (%u "
-			    "exports, %u importers): revoked; it stays "
-			    "registered until the exports are released",
+	for (struct mrmgr_alias *a = r->share->aliases; a; a = a->next)
+		if (!__atomic_exchange_n(&a->revoked, 1, __ATOMIC_RELEASE))
+			c->st.share_revocations++;
+	if (r->share->exports || r->share->aliases)
+		mrmgr__info("[%#llx, +%llu) invalidated while shared (%u "
+			    "exports, %u importers, %u aliases): revoked; it "
+			    "stays registered until they are released",
 			    (unsigned long long)mrmgr__region_start(r),
 			    (unsigned long long)mrmgr__region_len(r),
-			    r->share->nexports, importers);
+			    r->share->nexports, importers, r->share->naliases);
 }
 
 static void unlink_export(struct mrmgr_cache *c, struct mrmgr_export *e)
@@ -166,7 +169,7 @@ static void unlink_export(struct mrmgr_cache *c, struct mrmgr_export *e)
 	sh->nexports--;
 	c->st.share_exports--;
 	c->st.share_importers -= e->importers;
-	if (!sh->nexports && !(c->flags & MRMGR__CACHE_MULTI_PD))
+	if (!sh->nexports && !sh->naliases && !(c->flags & MRMGR__CACHE_MULTI_PD))
 		r->flags &= ~(unsigned int)MRMGR__REGION_SHARED;
 	mrmgr__share_update_set(c, r);
 }
@@ -201,6 +204,16 @@ uint64_t mrmgr__share_force(struct mrmgr_cache *c)
 			/* The pin: the region goes now if nothing else holds it. */
 			mrmgr__cache_unref_locked(c, r, slot);
 		}
+		while (r->share && r->share->aliases) {
+			mrmgr__warn("forced: the alias at %p of [%#llx, +%llu) is "
+				    "deregistered", r->share->aliases->addr,
+				    (unsigned long long)mrmgr__region_start(r),
+				    (unsigned long long)mrmgr__region_len(r));
+			c->st.share_revocations++;
+			mrmgr__cache_unref_locked(c, mrmgr__alias_force(c, r->share->aliases),
+						  slot);
+			n++;
+		}
 	}
 	return n;
 }
@@ -231,8 +244,20 @@ void mrmgr__share_report_busy(struct mrmgr_cache *c)
 					   ? ", revoked" : "",
 				   e->importers);
 		}
+		for (struct mrmgr_alias *a = r->share->aliases; a; a = a->next) {
+			if (lines++ >= 16) {
+				more++;
+				continue;
+			}
+			mrmgr__err("mrmgr_cache_destroy: [%#llx, +%llu) has an "
+				   "alias at %p; destroy the alias, or destroy "
+				   "with MRMGR_DESTROY_FORCE",
+				   (unsigned long long)mrmgr__region_start(r),
+				   (unsigned long long)mrmgr__region_len(r), a->addr);
+		}
 		if (r->share->npd_mrs >= 2 &&
-		    mrmgr__region_refs(r, c->nstripes) > (int64_t)r->share->nexports) {
+		    mrmgr__region_refs(r, c->nstripes) >
+			    (int64_t)(r->share->nexports + r->share->naliases)) {
 			if (lines++ >= 16) {
 				more++;
 				continue;
@@ -365,7 +390,7 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 			   (unsigned long long)mrmgr__region_len(r));
 		return ESTALE;
 	}
-	ret = cache_share(c);
+	ret = mrmgr__share_cache_get(c);
 	if (!ret)
 		ret = mrmgr__share_get(c, r);
 	if (ret) {
@@ -539,6 +564,22 @@ MRMGR_EXPORT int mrmgr_region_query_shares(const mrmgr_region_t *r,
 		one.importers = e->importers;
 		one.refs = 1;
 		one.export_id = e->desc.export_id;
+		put_info(info, max, info_size, k++, &one);
+	}
+	for (struct mrmgr_alias *a = r->share ? r->share->aliases : NULL; a;
+	     a = a->next) {
+		memset(&one, 0, sizeof(one));
+		one.kind = MRMGR_SHARE_ALIAS;
+		one.flags = detached | (__atomic_load_n(&a->revoked, __ATOMIC_RELAXED)
+						? MRMGR_SHARE_REVOKED : 0);
+		one.pd = a->mr->pd;
+		one.mr = a->mr;
+		one.addr = (uint64_t)(uintptr_t)a->addr;
+		one.length = a->len;
+		one.lkey = a->mr->lkey;
+		one.rkey = a->mr->rkey;
+		one.access = a->access;
+		one.refs = 1;
 		put_info(info, max, info_size, k++, &one);
 	}
 	pthread_mutex_unlock(&c->lock);

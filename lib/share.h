@@ -4,6 +4,8 @@
  *   - multi-PD caches (multipd.c): one region, one MR per PD asked for;
  *   - exports (share.c): the region's MR handed to other processes
  *     through ibv_import_mr(); each export pins the region;
+ *   - aliases (alias.c): the region's pages, from a shared file, mapped
+ *     again and registered again; each pins the region;
  *   - imports (import.c) on the other side are not in a cache: they are
  *     tracked by the importer and by the share helpers (share_server.c,
  *     share_client.c).
@@ -51,8 +53,29 @@ struct mrmgr__share {
 	unsigned int npd_mrs;            /* non-NULL entries of pd_mrs */
 	unsigned int nexports;
 	struct mrmgr_export *exports;    /* the region's live exports */
+	unsigned int naliases;
+	struct mrmgr_alias *aliases;     /* alias.c: its live aliases */
 	int in_set;                      /* counted in share_sets */
 };
+
+/* alias.c: an alias's mapping keeps the original's offset within this. */
+#define MRMGR__ALIAS_ALIGN (UINT64_C(4) << 20)
+
+/* An alias (alias.c); fields under its cache's lock. */
+struct mrmgr_alias {
+	struct mrmgr_alias *next, *prev; /* the region's aliases */
+	struct mrmgr_cache *cache;       /* NULL once forced */
+	struct mrmgr_region *r;          /* pinned while cache != NULL */
+	struct ibv_mr *mr;               /* NULL once forced */
+	void *addr;                      /* its own mapping of the file */
+	uint64_t len;
+	unsigned int access;
+	int revoked;                     /* atomic */
+};
+
+/* alias.c: revoke by force, lock held; returns the region to unpin. */
+struct mrmgr_region *mrmgr__alias_force(struct mrmgr_cache *c,
+					struct mrmgr_alias *al);
 
 /* A cache's share state, made on first need (multi-PD creation, first
  * export). */
@@ -76,6 +99,8 @@ void mrmgr__share_cache_free(struct mrmgr_cache *c);
 /* share.c, for multipd.c: the region's share state, made on first need
  * (ENOMEM), and the share_sets gauge after a membership change. */
 int mrmgr__share_get(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* The cache's share state, made on first need (ENOMEM). */
+int mrmgr__share_cache_get(struct mrmgr_cache *c);
 void mrmgr__share_update_set(struct mrmgr_cache *c, struct mrmgr_region *r);
 
 /* share.c, for share_server.c: importers attached to an export change by

@@ -183,8 +183,11 @@ enum mrmgr_destroy_flags {
 	 * mrmgr_region_export()): their pins are dropped, so exported MRs
 	 * are deregistered even while importers still use them (their
 	 * operations then fail; nothing else is touched), and the exports
-	 * report mrmgr_export_revoked(). Regions held by mrmgr_get() callers
-	 * cannot be forced: the call still fails with @c EBUSY for them.
+	 * report mrmgr_export_revoked(). Aliases (mrmgr_region_alias()) are
+	 * deregistered too and report mrmgr_alias_revoked(); their mappings
+	 * stay until mrmgr_alias_destroy(). Regions held by mrmgr_get()
+	 * callers cannot be forced: the call still fails with @c EBUSY for
+	 * them.
 	 */
 	MRMGR_DESTROY_FORCE = 1u << 0,
 };
@@ -192,9 +195,10 @@ enum mrmgr_destroy_flags {
 /**
  * mrmgr_cache_destroy() with @p flags (bits of enum mrmgr_destroy_flags).
  *
- * Without ::MRMGR_DESTROY_FORCE a cache whose regions are exported (or
- * held) is not destroyed: @c EBUSY, with a log line per share-set member
- * that keeps it busy (which region, which export, how many importers).
+ * Without ::MRMGR_DESTROY_FORCE a cache whose regions are exported,
+ * aliased (or held) is not destroyed: @c EBUSY, with a log line per
+ * share-set member that keeps it busy (which region, which export, how
+ * many importers, which alias).
  *
  * @return 0, @c EINVAL (NULL cache, unknown flags) or @c EBUSY.
  */
@@ -470,7 +474,7 @@ struct mrmgr_stats {
 	uint64_t headroom_bytes;
 	/* Added with shared MRs. */
 	/** regions now in a share set: with MRs in several PDs (multi-PD
-	 *  caches) or exported */
+	 *  caches), exported or aliased */
 	uint64_t share_sets;
 	/** MRs now registered for regions in PDs other than their first
 	 *  (multi-PD caches); also counted in @c regions and
@@ -487,12 +491,15 @@ struct mrmgr_stats {
 	uint64_t exports;
 	/** importer attachments, in total */
 	uint64_t imports;
-	/** exports revoked: region invalidated, or forced by
+	/** exports and aliases revoked: region invalidated, or forced by
 	 *  ::MRMGR_DESTROY_FORCE */
 	uint64_t share_revocations;
 	/** exported MRs deregistered by force while importers were
 	 *  attached */
 	uint64_t share_forced;
+	/** aliases now live (mrmgr_region_alias()); not counted in
+	 *  @c regions or @c pinned_bytes */
+	uint64_t share_aliases;
 };
 
 /**
@@ -793,11 +800,15 @@ enum mrmgr_share_kind {
 	MRMGR_SHARE_MR = 0,
 	/** An export of one of those MRs to other processes. */
 	MRMGR_SHARE_EXPORT = 1,
+	/** An alias: the same pages mapped again and registered again
+	 *  (mrmgr_region_alias()); @c addr is the alias's address. */
+	MRMGR_SHARE_ALIAS = 2,
 };
 
 /** Bits of mrmgr_share_info::flags. */
 enum mrmgr_share_info_flags {
-	/** The export was revoked (the region was invalidated, or forced). */
+	/** The export or alias was revoked (the region was invalidated, or
+	 *  forced). */
 	MRMGR_SHARE_REVOKED = 1u << 0,
 	/** The region is no longer in the cache (invalidated, merged or
 	 *  grown away): its members live on until released. */
@@ -827,7 +838,7 @@ struct mrmgr_share_info {
 
 /**
  * List the members of a region's share set: its MRs (one per PD it is
- * registered in), then its live exports.
+ * registered in), then its live exports, then its aliases.
  *
  * @param region     a region the caller holds.
  * @param info       room for @p max entries of @p info_size bytes each
@@ -843,6 +854,56 @@ MRMGR_EXPORT int mrmgr_region_query_shares(const mrmgr_region_t *region,
 					   struct mrmgr_share_info *info,
 					   size_t max, size_t info_size,
 					   size_t *n);
+
+/** An alias of a region: its pages mapped and registered again. Opaque. */
+typedef struct mrmgr_alias mrmgr_alias_t;
+
+/**
+ * Alias a region whose memory is a shared file's (memfd, POSIX shm, a
+ * @c MAP_SHARED file mapping): map the same pages a second time, at an
+ * address with the original's offset within 4 MiB (the same huge-page
+ * geometry), and register that mapping in @p pd with @p access. The
+ * modern form of the experimental shared MR (ibv_exp_reg_shared_mr()).
+ *
+ * The alias joins the region's share set and pins the region (it is
+ * neither evicted nor deregistered before the alias is destroyed, and
+ * never re-registered in place); invalidation of the region revokes the
+ * alias (mrmgr_alias_revoked()). The alias's mapping lives until
+ * mrmgr_alias_destroy(). Aliases are not counted against the cache's
+ * limits.
+ *
+ * @param region  a region the caller holds.
+ * @param fd      the file whose pages the region's memory is.
+ * @param offset  the file offset of mrmgr_region_addr(region).
+ * @param pd      the PD to register in (same backend as the cache), or
+ *                NULL for the region's.
+ * @param access  ibv_access_flags of the alias (the mapping is writable
+ *                when a write bit is set: @p fd must be open for writing).
+ * @param alias   receives the alias.
+ * @return 0; @c EINVAL (NULL, bad access, a PD of another backend, memory
+ *         that is not one @c MAP_SHARED mapping of @p fd at @p offset:
+ *         logged with the reason); @c ESTALE (the region is no longer in
+ *         the cache); the mapping's or the registration's errno.
+ */
+MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *region, int fd,
+				    uint64_t offset, struct ibv_pd *pd,
+				    unsigned int access, mrmgr_alias_t **alias);
+/**
+ * Deregister an alias, unmap it and drop its pin (the region is
+ * deregistered now if it was invalidated and nobody else holds it).
+ * @return 0 or @c EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_alias_destroy(mrmgr_alias_t *alias);
+/** The alias's address (its own mapping of the pages). */
+MRMGR_EXPORT void *mrmgr_alias_addr(const mrmgr_alias_t *alias);
+/** The alias's MR (NULL after a forced cache destruction). */
+MRMGR_EXPORT struct ibv_mr *mrmgr_alias_mr(const mrmgr_alias_t *alias);
+/** The alias's local key (0 without an MR). */
+MRMGR_EXPORT uint32_t mrmgr_alias_lkey(const mrmgr_alias_t *alias);
+/** The alias's remote key (0 without an MR). */
+MRMGR_EXPORT uint32_t mrmgr_alias_rkey(const mrmgr_alias_t *alias);
+/** Whether the region was invalidated (or the alias forced). @return 1 or 0. */
+MRMGR_EXPORT int mrmgr_alias_revoked(const mrmgr_alias_t *alias);
 
 /** An export of a region's MR to other processes. Opaque. */
 typedef struct mrmgr_export mrmgr_export_t;

@@ -309,6 +309,30 @@ Test(share, growth_of_a_multi_pd_region_leaves_the_old_set_to_its_holders)
 	munmap(buf, 128 * KiB);
 }
 
+/* Idle, so nothing but its share set keeps it from a rereg in place. */
+Test(share, an_idle_multi_pd_region_is_never_rereg_in_place)
+{
+	struct mfx m;
+	mrmgr_region_t *r;
+	char *buf = map_rw(128 * KiB, 0);
+
+	mfx_open(&m, 2, 1, NULL, &big);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[i], buf, 16 * KiB, RW, &r), 0);
+		mrmgr_put(r);
+	}
+	uint64_t reregs = sstats(m.ctx[0]).reregs;
+	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[0], buf, 64 * KiB, RW, &r), 0);
+	cr_assert_eq(sstats(m.ctx[0]).reregs, reregs,
+		     "a rereg would change one PD's MR and leave the other's");
+	cr_assert_geq(cstats(m.cache).rereg_fallback_shared, 1);
+	cr_assert_eq(live_mrs_all(&m), 1, "the idle old region went with both MRs");
+	cr_assert_null(mrmgr_region_mr_pd(r, m.pd[1]));
+	mrmgr_put(r);
+	mfx_close(&m);
+	munmap(buf, 128 * KiB);
+}
+
 Test(share, destroy_with_live_members_is_ebusy_and_says_which_unless_forced)
 {
 	struct fixture f;
