@@ -338,6 +338,39 @@ static int check_mapped(uint64_t va, size_t len)
 	return msync((void *)(uintptr_t)first, end - first, MS_ASYNC) ? ESTALE : 0;
 }
 
+int mrmgr__sim_vm_copy(pid_t pid, void *local, uint64_t remote, size_t len,
+		       int to_remote, size_t *done)
+{
+	*done = 0;
+	while (*done < len) {
+		struct iovec l = { (char *)local + *done, len - *done };
+		struct iovec r = { (void *)(uintptr_t)(remote + *done), len - *done };
+		ssize_t n = to_remote ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+				      : process_vm_readv(pid, &l, 1, &r, 1, 0);
+
+		if (n > 0) {
+			*done += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		return n < 0 ? errno : EFAULT;
+	}
+	return 0;
+}
+
+void mrmgr__sim_count_access(struct mrmgr__sim_ctx *s, int ret, int write)
+{
+	if (ret == ESTALE)
+		s->stats.stale_accesses++;
+	else if (ret)
+		s->stats.access_errors++;
+	else if (write)
+		s->stats.writes++;
+	else
+		s->stats.reads++;
+}
+
 /*
  * Copy through process_vm_readv/writev on ourselves: the kernel copies
  * page by page and returns EFAULT where a plain memcpy would crash on a
@@ -349,25 +382,15 @@ static int vm_copy_blocked;
 
 static int copy_self(void *local, uint64_t remote, size_t len, int to_remote)
 {
-	pid_t pid = getpid();
 	size_t done = 0;
+	int err = 0;
 
-	while (done < len && !__atomic_load_n(&vm_copy_blocked, __ATOMIC_RELAXED)) {
-		struct iovec l = { (char *)local + done, len - done };
-		struct iovec r = { (void *)(uintptr_t)(remote + done), len - done };
-		ssize_t n = to_remote ? process_vm_writev(pid, &l, 1, &r, 1, 0)
-				      : process_vm_readv(pid, &l, 1, &r, 1, 0);
-
-		if (n > 0) {
-			done += (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == ENOSYS || errno == EPERM)) {
-			__atomic_store_n(&vm_copy_blocked, 1, __ATOMIC_RELAXED);
-			break;
-		}
+	if (!__atomic_load_n(&vm_copy_blocked, __ATOMIC_RELAXED))
+		err = mrmgr__sim_vm_copy(getpid(), local, remote, len,
+					 to_remote, &done);
+	if (err == ENOSYS || err == EPERM) {
+		__atomic_store_n(&vm_copy_blocked, 1, __ATOMIC_RELAXED);
+	} else if (err) {
 		/*
 		 * EFAULT: unmapped, or a store into memory made read-only
 		 * since registration (a real HCA would write its pinned pages
@@ -411,14 +434,7 @@ int mrmgr__sim_access_mr(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m,
 			      : check_mapped(raddr, len);
 	if (!ret)
 		ret = copy_self(buf, raddr, len, write);
-	if (ret == ESTALE)
-		s->stats.stale_accesses++;
-	else if (ret)
-		s->stats.access_errors++;
-	else if (write)
-		s->stats.writes++;
-	else
-		s->stats.reads++;
+	mrmgr__sim_count_access(s, ret, write);
 	if (ret == ESTALE)
 		mrmgr__dbg("sim %s: stale %s at %#llx+%zu (rkey %#x)",
 			   s->ibdev.name, write ? "write" : "read",

@@ -9,13 +9,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "compiler.h"
@@ -364,31 +362,18 @@ static int check_owner_identity(const struct mrmgr__sim_import *imp,
 static int copy_remote(pid_t pid, void *local, uint64_t remote, size_t len,
 		       int to_remote)
 {
-	size_t done = 0;
+	size_t done;
+	int err = mrmgr__sim_vm_copy(pid, local, remote, len, to_remote, &done);
 
-	while (done < len) {
-		struct iovec l = { (char *)local + done, len - done };
-		struct iovec r = { (void *)(uintptr_t)(remote + done), len - done };
-		ssize_t n = to_remote ? process_vm_writev(pid, &l, 1, &r, 1, 0)
-				      : process_vm_readv(pid, &l, 1, &r, 1, 0);
-
-		if (n > 0) {
-			done += (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == ESRCH)
-			return ENOENT; /* the owner is gone */
-		if (n < 0 && (errno == EPERM || errno == ENOSYS)) {
-			mrmgr__warn("sim: cannot reach process %d's memory (%s): "
-				    "cross-process access needs ptrace "
-				    "permission", (int)pid, strerror(errno));
-			return EPERM;
-		}
-		return EFAULT;
+	if (err == ESRCH)
+		return ENOENT; /* the owner is gone */
+	if (err == EPERM || err == ENOSYS) {
+		mrmgr__warn("sim: cannot reach process %d's memory (%s): "
+			    "cross-process access needs ptrace permission",
+			    (int)pid, strerror(err));
+		return EPERM;
 	}
-	return 0;
+	return err ? EFAULT : 0;
 }
 
 int mrmgr__sim_import_access(struct mrmgr__sim_pd *spd, uint32_t rkey,
@@ -448,14 +433,7 @@ int mrmgr__sim_import_access(struct mrmgr__sim_pd *spd, uint32_t rkey,
 		if (!ret)
 			ret = copy_remote(imp->owner_pid, buf, raddr, len, write);
 	}
-	if (ret == ESTALE)
-		s->stats.stale_accesses++;
-	else if (ret)
-		s->stats.access_errors++;
-	else if (write)
-		s->stats.writes++;
-	else
-		s->stats.reads++;
+	mrmgr__sim_count_access(s, ret, write);
 	pthread_mutex_unlock(&s->lock);
 	mrmgr__sim_busy_wait(wait_ns);
 	return ret;

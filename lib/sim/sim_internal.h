@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/types.h>
 #include <infiniband/verbs.h>
 
 #include <mrmgr/sim.h>
@@ -237,6 +238,16 @@ int mrmgr__sim_backend_rereg(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 int mrmgr__sim_access_mr(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m,
 			 uint64_t raddr, void *buf, size_t len, int write,
 			 uint64_t *wait_ns);
+/* The outcome of a simulated access in the device's counters. Lock held. */
+void mrmgr__sim_count_access(struct mrmgr__sim_ctx *sctx, int ret, int write);
+/*
+ * Copy len bytes between local and remote in process pid with
+ * process_vm_writev (to_remote) or process_vm_readv. 0, or the errno of
+ * the call that stopped (EFAULT for a short copy), with *done the bytes
+ * copied.
+ */
+int mrmgr__sim_vm_copy(pid_t pid, void *local, uint64_t remote, size_t len,
+		       int to_remote, size_t *done);
 /*
  * Hold the populated pages of m and record their PFNs (needs page
  * identity). Returns 0 or EFAULT; on other trouble *unverified is set
