@@ -135,9 +135,7 @@ static void alias_unlink(struct mrmgr_cache *c, struct mrmgr_alias *al)
 	al->next = al->prev = NULL;
 	sh->naliases--;
 	c->st.share_aliases--;
-	if (!sh->nexports && !sh->naliases && !(c->flags & MRMGR__CACHE_MULTI_PD))
-		al->r->flags &= ~(unsigned int)MRMGR__REGION_SHARED;
-	mrmgr__share_update_set(c, al->r);
+	mrmgr__share_member_gone(c, al->r);
 }
 
 MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
@@ -228,18 +226,14 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 	al->addr = p;
 	al->len = len;
 	al->access = access;
-	/* The pin: a reference like a get's, dropped by the destroy. */
-	__atomic_fetch_add(&r->stripes[mrmgr__thread_slot() & (c->nstripes - 1)].refs,
-			   1, __ATOMIC_SEQ_CST);
 	al->next = r->share->aliases;
 	if (al->next)
 		al->next->prev = al;
 	r->share->aliases = al;
 	r->share->naliases++;
-	r->flags |= MRMGR__REGION_SHARED;
 	c->st.share_aliases++;
 	c->st.registrations++;
-	mrmgr__share_update_set(c, r);
+	mrmgr__share_pin(c, r); /* dropped by the destroy */
 	pthread_mutex_unlock(&c->lock);
 	mrmgr__dbg("alias of [%#llx, +%llu) at %p: keys %#x/%#x",
 		   (unsigned long long)start, (unsigned long long)len, p,

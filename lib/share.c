@@ -103,6 +103,26 @@ void mrmgr__share_update_set(struct mrmgr_cache *c, struct mrmgr_region *r)
 	}
 }
 
+void mrmgr__share_pin(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	/* A reference like a get's, on this thread's stripe; dropped with
+	 * mrmgr__cache_unref_locked() from any thread (stripes add up). */
+	__atomic_fetch_add(&r->stripes[mrmgr__thread_slot() & (c->nstripes - 1)].refs,
+			   1, __ATOMIC_SEQ_CST);
+	r->flags |= MRMGR__REGION_SHARED;
+	mrmgr__share_update_set(c, r);
+}
+
+void mrmgr__share_member_gone(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	const struct mrmgr__share *sh = r->share;
+
+	/* A multi-PD region stays shared: its PDs' MRs are members too. */
+	if (!sh->nexports && !sh->naliases && !(c->flags & MRMGR__CACHE_MULTI_PD))
+		r->flags &= ~(unsigned int)MRMGR__REGION_SHARED;
+	mrmgr__share_update_set(c, r);
+}
+
 void mrmgr__share_region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	struct mrmgr__share *sh = r->share;
@@ -169,9 +189,7 @@ static void unlink_export(struct mrmgr_cache *c, struct mrmgr_export *e)
 	sh->nexports--;
 	c->st.share_exports--;
 	c->st.share_importers -= e->importers;
-	if (!sh->nexports && !sh->naliases && !(c->flags & MRMGR__CACHE_MULTI_PD))
-		r->flags &= ~(unsigned int)MRMGR__REGION_SHARED;
-	mrmgr__share_update_set(c, r);
+	mrmgr__share_member_gone(c, r);
 }
 
 uint64_t mrmgr__share_force(struct mrmgr_cache *c)
@@ -346,7 +364,6 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 	struct mrmgr_cache *c;
 	struct mrmgr_export *e;
 	struct ibv_mr *mr;
-	unsigned int slot;
 	int ret;
 
 	if (!r || !exp) {
@@ -378,7 +395,6 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return ENOMEM;
-	slot = mrmgr__thread_slot() & (c->nstripes - 1);
 
 	pthread_mutex_lock(&c->lock);
 	if (mrmgr__region_state(r) != MRMGR__REGION_LIVE) {
@@ -416,17 +432,14 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 	e->desc.generation = r->gen;
 	snprintf(e->desc.device, sizeof(e->desc.device), "%s",
 		 mr->context->device->name);
-	/* The pin: a reference like a get's, dropped by the release. */
-	__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
 	e->next = r->share->exports;
 	if (e->next)
 		e->next->prev = e;
 	r->share->exports = e;
 	r->share->nexports++;
-	r->flags |= MRMGR__REGION_SHARED;
 	c->st.exports++;
 	c->st.share_exports++;
-	mrmgr__share_update_set(c, r);
+	mrmgr__share_pin(c, r); /* dropped by the release */
 	pthread_mutex_unlock(&c->lock);
 	mrmgr__dbg("export %llu: [%#llx, +%llu) handle %u keys %#x/%#x",
 		   (unsigned long long)e->desc.export_id,

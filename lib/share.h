@@ -101,6 +101,12 @@ void mrmgr__share_cache_free(struct mrmgr_cache *c);
 int mrmgr__share_get(struct mrmgr_cache *c, struct mrmgr_region *r);
 /* The cache's share state, made on first need (ENOMEM). */
 int mrmgr__share_cache_get(struct mrmgr_cache *c);
+/* A new export or alias of r (counted in r's share state already): pin r
+ * (one reference) and mark it shared. Lock held, r held by the caller. */
+void mrmgr__share_pin(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* An export or alias of r is gone (uncounted already): r stays shared
+ * while it has members. Lock held; the pin is the caller's to drop. */
+void mrmgr__share_member_gone(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__share_update_set(struct mrmgr_cache *c, struct mrmgr_region *r);
 
 /* share.c, for share_server.c: importers attached to an export change by
