@@ -44,6 +44,7 @@
 #include "config_env.h"
 #include "grow.h"
 #include "log.h"
+#include "share.h"
 
 #define HIT_ATTEMPTS 4
 #define HIT_MAX_STEPS 256
@@ -119,7 +120,7 @@ static struct mrmgr_region *region_alloc(struct mrmgr_cache *c)
 		/* Stripes are left as they are: a stale reader may still
 		 * hold a transient reference it is about to drop. */
 		c->free_list = r->free_next;
-		return r;
+		goto got;
 	}
 	if (c->nall == c->all_cap) {
 		size_t cap = c->all_cap ? c->all_cap * 2 : 64;
@@ -137,6 +138,13 @@ static struct mrmgr_region *region_alloc(struct mrmgr_cache *c)
 	r->cache = c;
 	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
 	c->all[c->nall++] = r;
+got:
+	/* A multi-PD region needs its per-PD MR table before it is used. */
+	if ((c->flags & MRMGR__CACHE_MULTI_PD) && mrmgr__share_get(c, r)) {
+		r->free_next = c->free_list;
+		c->free_list = r;
+		return NULL;
+	}
 	return r;
 }
 
@@ -144,8 +152,12 @@ static struct mrmgr_region *region_alloc(struct mrmgr_cache *c)
 static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	uint64_t len = mrmgr__region_len(r);
+	int ret;
+
+	if (r->share) /* its MRs in other PDs, its share-set membership */
+		mrmgr__share_region_release(c, r);
 	/* A view borrows the implicit MR, which lives as long as the cache. */
-	int ret = r->kind == MRMGR__REGION_VIEW ? 0 : c->be->dereg_mr(r->mr);
+	ret = r->kind == MRMGR__REGION_VIEW ? 0 : c->be->dereg_mr(r->mr);
 
 	if (ret)
 		mrmgr__err("deregistering [%#llx, +%llu) failed: %s; the MR is "
@@ -511,6 +523,8 @@ have_mr:
 	r->mr = mr;
 	r->kind = kind;
 	r->flags = 0;
+	if (c->flags & MRMGR__CACHE_MULTI_PD) /* r->mr is in c->pd's slot */
+		mrmgr__share_region_new(c, r);
 	r->gen = ++c->next_gen;
 	/* A stale reader may still look at a recycled region. */
 	MRMGR__WRITE_ONCE(r->node.start, rs);
@@ -602,6 +616,9 @@ static int get(struct mrmgr_cache *c, void *addr, size_t length,
 		return ret;
 
 	slot = mrmgr__thread_slot() & (c->nstripes - 1);
+	if (mrmgr__unlikely(c->flags & MRMGR__CACHE_MULTI_PD))
+		return mrmgr__multi_get(c, NULL, start, last, access, slot,
+					region);
 	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE))) {
 		r = try_hit(c, start, last, access, slot);
 		if (r) {
@@ -713,7 +730,11 @@ void mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
 	struct mrmgr__itree_node *n;
 
 	while ((n = mrmgr__itree_first_overlap(&c->tree, start, last))) {
-		region_detach(c, node_region(n));
+		struct mrmgr_region *r = node_region(n);
+
+		if (r->share) /* its exports are revoked */
+			mrmgr__share_invalidated(c, r);
+		region_detach(c, r);
 		c->st.invalidations++;
 	}
 }
@@ -803,7 +824,9 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 /* Regions referenced by callers now. O(n): stats and teardown only. */
 uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c)
 {
-	uint64_t n = c->nregions - c->ncached; /* detached ones are held */
+	/* Detached ones are held; nregions also counts the MRs multi-PD
+	 * regions have in their other PDs. */
+	uint64_t n = c->nregions - c->st.share_pd_mrs - c->ncached;
 
 	for (struct mrmgr__lru_link *l = c->lru.next; l != &c->lru; l = l->next)
 		if (mrmgr__region_refs(lru_region(l), c->nstripes) != 0)
@@ -811,17 +834,22 @@ uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c)
 	return n;
 }
 
-MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
+static int destroy(struct mrmgr_cache *c, uint64_t flags)
 {
 	uint64_t busy;
 
-	if (!c) {
-		mrmgr__err("mrmgr_cache_destroy: NULL cache");
+	if (!c || (flags & ~(uint64_t)MRMGR_DESTROY_FORCE)) {
+		mrmgr__err("mrmgr_cache_destroy: %s", !c ? "NULL cache"
+							 : "unknown flags");
 		return EINVAL;
 	}
 	pthread_mutex_lock(&c->lock);
+	if ((flags & MRMGR_DESTROY_FORCE) && c->share)
+		mrmgr__share_force(c); /* exports give up their pins */
 	busy = mrmgr__cache_regions_in_use(c);
 	if (busy) {
+		if (c->share)
+			mrmgr__share_report_busy(c);
 		pthread_mutex_unlock(&c->lock);
 		mrmgr__err("mrmgr_cache_destroy: %llu regions are still held; "
 			   "put them first", (unsigned long long)busy);
@@ -842,13 +870,26 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
 	}
 	mrmgr__odp_fini(c);
 	pthread_mutex_unlock(&c->lock);
-	for (size_t i = 0; i < c->nall; i++)
+	for (size_t i = 0; i < c->nall; i++) {
+		mrmgr__share_region_free(c->all[i]);
 		free(c->all[i]);
+	}
+	mrmgr__share_cache_free(c);
 	free(c->all);
 	free(c->slots);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
+{
+	return destroy(c, 0);
+}
+
+MRMGR_EXPORT int mrmgr_cache_destroy_ex(mrmgr_cache_t *c, uint64_t flags)
+{
+	return destroy(c, flags);
 }
 
 /* ------------------------------------------------ for grow.c and buf.c */
@@ -930,4 +971,27 @@ void mrmgr__cache_each_cached(struct mrmgr_cache *c,
 int mrmgr__cache_check_access(const char *fn, unsigned int access)
 {
 	return check_access(fn, access);
+}
+
+int mrmgr__cache_check_request(const char *fn, const struct mrmgr_cache *c,
+			       const void *addr, size_t length,
+			       unsigned int access, uint64_t *start,
+			       uint64_t *last)
+{
+	int ret = check_range(fn, addr, length,
+			      ((uint64_t)1 << c->page_shift) - 1, start, last);
+
+	return ret ? ret : check_access(fn, access);
+}
+
+struct mrmgr_region *mrmgr__cache_try_hit(struct mrmgr_cache *c, uint64_t start,
+					  uint64_t last, unsigned int access,
+					  unsigned int slot)
+{
+	return try_hit(c, start, last, access, slot);
+}
+
+void mrmgr__cache_evict_all_idle(struct mrmgr_cache *c)
+{
+	evict_all_idle(c);
 }

@@ -20,6 +20,8 @@
 #include "odp.h"
 #include "region.h"
 
+struct mrmgr__share_cache;
+
 /* Per-slot counters written by the hit path. */
 struct mrmgr__slot_stats {
 	_Alignas(MRMGR__CACHELINE) uint64_t hits;
@@ -60,6 +62,8 @@ struct mrmgr_cache {
 	struct mrmgr__odp odp;           /* ODP mode, implicit MR (odp.c) */
 	int rereg;                       /* grow.c: enum mrmgr__rereg_verdict */
 	struct mrmgr__lru_link bufs;     /* buf.c: the cache's buffers */
+	struct mrmgr__share_cache *share; /* share.c: other PDs, exports;
+					   * NULL until needed */
 
 	struct mrmgr__slot_stats *slots; /* nstripes of them */
 };
@@ -119,5 +123,21 @@ void mrmgr__cache_each_cached(struct mrmgr_cache *c,
 			      void *arg);
 /* mrmgr_get()'s access check (EINVAL and a log line). */
 int mrmgr__cache_check_access(const char *fn, unsigned int access);
+
+/*
+ * For multipd.c and share.c.
+ */
+/* mrmgr_get()'s checks of a request: EINVAL and a log line, or 0 and the
+ * page-aligned [*start, *last]. No lock. */
+int mrmgr__cache_check_request(const char *fn, const struct mrmgr_cache *c,
+			       const void *addr, size_t length,
+			       unsigned int access, uint64_t *start,
+			       uint64_t *last);
+/* The lock-free hit path: a region referenced on slot, or NULL. */
+struct mrmgr_region *mrmgr__cache_try_hit(struct mrmgr_cache *c, uint64_t start,
+					  uint64_t last, unsigned int access,
+					  unsigned int slot);
+/* Evict every idle region (before retrying an ENOMEM registration). */
+void mrmgr__cache_evict_all_idle(struct mrmgr_cache *c);
 
 #endif /* MRMGR__CACHE_H */

@@ -41,6 +41,7 @@
 #include "cache.h"
 #include "grow.h"
 #include "log.h"
+#include "share.h"
 
 #define REREG_TRANS IBV_REREG_MR_CHANGE_TRANSLATION
 #define REREG_PD IBV_REREG_MR_CHANGE_PD
@@ -523,6 +524,10 @@ MRMGR_EXPORT int mrmgr_cache_move_pd(mrmgr_cache_t *c, struct ibv_pd *pd)
 	if (!c || !pd) {
 		mrmgr__err("mrmgr_cache_move_pd: NULL %s",
 			   !c ? "cache" : "protection domain");
+		return EINVAL;
+	}
+	if (c->flags & MRMGR__CACHE_MULTI_PD) {
+		mrmgr__err("mrmgr_cache_move_pd: a multi-PD cache cannot move");
 		return EINVAL;
 	}
 	pthread_mutex_lock(&c->lock);

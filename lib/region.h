@@ -25,6 +25,7 @@
 #include "itree.h"
 
 struct mrmgr_cache;
+struct mrmgr__share;
 
 enum mrmgr__region_state {
 	/* In the tree and on the LRU: hits may take it. */
@@ -81,6 +82,8 @@ struct mrmgr_region {
 					* a new one at every in-place rereg */
 	struct mrmgr__lru_link lru;    /* cache lock; only LIVE regions */
 	struct mrmgr_region *free_next;
+	struct mrmgr__share *share;    /* share.c: its share set; NULL until
+					* needed, kept while the cache lives */
 	/* nstripes entries follow; the header is padded to a line. */
 	struct mrmgr__ref_stripe stripes[];
 };
