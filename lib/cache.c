@@ -24,6 +24,11 @@
  *     consistent: either the hit sees the new state and backs off, or the
  *     remover sees the reference and leaves the region to its last put.
  *
+ * Memory events (monitor.h): a miss caches a range only once a source
+ * watches it; a hit first checks, with one load, that no event arrived
+ * since this cache last applied them, else takes the slow path, which
+ * applies them (detaching the regions they touch) before looking up.
+ *
  * LRU: hits only set a "used" flag on their own stripe; the eviction hand
  * gives used regions a second chance (CLOCK), so least-recently-used idle
  * regions go first without hits ever writing a shared list.
@@ -168,6 +173,7 @@ static void tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 	seq_write_end(c);
 	lru_unlink(r);
 	c->ncached--;
+	mrmgr__mon_unwatch(c, r);
 }
 
 /*
@@ -389,6 +395,7 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	int merged = 0;
 	struct ibv_mr *mr = NULL;
 	struct mrmgr_region *r;
+	struct mrmgr__watch_tx watch;
 	int ret;
 
 	if (cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE)) {
@@ -399,7 +406,10 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		merge_span(c, &rs, &rl, &racc, limit);
 		merged = rs != start || rl != last || racc != access;
 	}
-	if (cacheable && !make_room(c, rl - rs + 1)) {
+	/* Watched before it is pinned: a change from now on is reported.
+	 * What nothing watches is registered uncached. */
+	if (cacheable && (!make_room(c, rl - rs + 1) ||
+			  mrmgr__mon_watch_begin(c, rs, rl, &watch))) {
 		cacheable = 0;
 		rs = start;
 		rl = last;
@@ -423,6 +433,8 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
 	}
 	if (ret) {
+		if (cacheable)
+			mrmgr__mon_watch_abort(c, &watch);
 		c->st.reg_failures++;
 		mrmgr__log(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
 							   : MRMGR_LOG_WARN,
@@ -435,6 +447,8 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 
 	r = region_alloc(c);
 	if (!r) {
+		if (cacheable)
+			mrmgr__mon_watch_abort(c, &watch);
 		c->be->dereg_mr(mr);
 		c->st.deregistrations++;
 		mrmgr__err("out of memory for a region");
@@ -464,6 +478,7 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		region_detach(c, node_region(n));
 		c->st.merges++;
 	}
+	mrmgr__mon_watch_commit(c, &watch, r);
 	mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 	seq_write_begin(c);
 	mrmgr__itree_insert(&c->tree, &r->node);
@@ -472,6 +487,37 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	c->ncached++;
 	*out = r;
 	return 0;
+}
+
+/* ------------------------------------------------------------ invalidation */
+
+uint64_t mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
+					uint64_t last)
+{
+	struct mrmgr__itree_node *n;
+	uint64_t count = 0;
+
+	while ((n = mrmgr__itree_first_overlap(&c->tree, start, last))) {
+		region_detach(c, node_region(n));
+		c->st.invalidations++;
+		count++;
+	}
+	return count;
+}
+
+/* Apply the memory events that arrived since the last time; lock held. */
+static void apply_events(struct mrmgr_cache *c)
+{
+	uint64_t s, l;
+	int r;
+
+	mrmgr__mon_drain_begin(&c->mon);
+	while ((r = mrmgr__mon_drain_next(&c->mon, &s, &l)) > 0)
+		c->mon.invalidations += mrmgr__cache_invalidate_locked(c, s, l);
+	if (r < 0) /* fell behind the queue: anything may have changed */
+		c->mon.invalidations +=
+			mrmgr__cache_invalidate_locked(c, 0, UINT64_MAX);
+	mrmgr__mon_drain_end(&c->mon, &c->mon_seen);
 }
 
 /* ------------------------------------------------------------ public */
@@ -530,7 +576,8 @@ MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *c, void *addr, size_t length,
 		return ret;
 
 	slot = mrmgr__thread_slot() & (c->nstripes - 1);
-	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE))) {
+	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
+	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
 		r = try_hit(c, start, last, access, slot);
 		if (r) {
 			*region = r;
@@ -539,6 +586,8 @@ MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *c, void *addr, size_t length,
 	}
 
 	pthread_mutex_lock(&c->lock);
+	if (!mrmgr__mon_quiet(&c->mon_seen))
+		apply_events(c);
 	r = (c->flags & MRMGR_CACHE_DISABLE)
 		    ? NULL
 		    : lookup_locked(c, start, last, access);
@@ -581,7 +630,6 @@ void mrmgr__cache_put_slow(struct mrmgr_cache *c, struct mrmgr_region *r)
 MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *c, void *addr, size_t length)
 {
 	uint64_t start, last;
-	struct mrmgr__itree_node *n;
 	int ret;
 
 	if (!c) {
@@ -593,10 +641,7 @@ MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *c, void *addr, size_t length)
 	if (ret)
 		return ret;
 	pthread_mutex_lock(&c->lock);
-	while ((n = mrmgr__itree_first_overlap(&c->tree, start, last))) {
-		region_detach(c, node_region(n));
-		c->st.invalidations++;
-	}
+	mrmgr__cache_invalidate_locked(c, start, last);
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -670,6 +715,7 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 		    (unsigned long long)cfg.max_bytes,
 		    cfg.flags & MRMGR_CACHE_NO_MERGE ? "off" : "on",
 		    cfg.flags & MRMGR_CACHE_DISABLE ? "off" : "on");
+	mrmgr__mon_cache_init(c);
 	*cache = c;
 	return 0;
 }
@@ -709,6 +755,7 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
 		region_release(c, r);
 	}
 	pthread_mutex_unlock(&c->lock);
+	mrmgr__mon_cache_fini(c);
 	for (size_t i = 0; i < c->nall; i++)
 		free(c->all[i]);
 	free(c->all);

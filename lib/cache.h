@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "compiler.h"
 #include "itree.h"
+#include "monitor.h"
 #include "region.h"
 
 /* Per-slot counters written by the hit path. */
@@ -29,6 +30,7 @@ struct mrmgr__cache_config {
 	uint64_t max_regions;
 	uint64_t max_bytes;
 	uint64_t flags; /* enum mrmgr_cache_flags */
+	uint32_t monitor; /* enum mrmgr_monitor_mode */
 };
 
 struct mrmgr_cache {
@@ -38,6 +40,7 @@ struct mrmgr_cache {
 	unsigned int nstripes;                   /* power of two */
 	unsigned int page_shift;
 	uint64_t flags;
+	uint64_t mon_seen;                       /* event word last drained */
 
 	/* Writer side: everything below is under lock. */
 	_Alignas(MRMGR__CACHELINE) pthread_mutex_t lock;
@@ -55,6 +58,7 @@ struct mrmgr_cache {
 	uint64_t pinned_bytes;
 	uint64_t next_gen;
 	struct mrmgr_stats st;           /* slow-path counters */
+	struct mrmgr__mon_cache mon;     /* memory events (monitor.h) */
 
 	struct mrmgr__slot_stats *slots; /* nstripes of them */
 };
@@ -64,5 +68,10 @@ void mrmgr__cache_put_slow(struct mrmgr_cache *c, struct mrmgr_region *r);
 
 /* Regions callers hold now; O(n), call with the lock held. */
 uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c);
+
+/* Detach every cached region overlapping [start, last]; lock held.
+ * Returns how many. */
+uint64_t mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
+					uint64_t last);
 
 #endif /* MRMGR__CACHE_H */

@@ -35,6 +35,8 @@ enum mrmgr__region_state {
 	MRMGR__REGION_DETACHED,
 	/* On the free list. */
 	MRMGR__REGION_FREE,
+	/* A fork child's copy of a region its parent held: never released. */
+	MRMGR__REGION_ABANDONED,
 };
 
 /* One thread slot's share of a region: its own cache line. */
@@ -58,6 +60,8 @@ struct mrmgr_region {
 	uint64_t gen;                  /* cache-wide registration number */
 	struct mrmgr__lru_link lru;    /* cache lock; only LIVE regions */
 	struct mrmgr_region *free_next;
+	struct mrmgr__itree_node watch; /* monitor registry entry (monitor.h) */
+	int watched;                   /* watch is in the registry */
 	/* nstripes entries follow; the header is padded to a line. */
 	struct mrmgr__ref_stripe stripes[];
 };

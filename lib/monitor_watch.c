@@ -1,0 +1,288 @@
+/*
+ * Watching: which ranges are registered with userfaultfd, and deciding,
+ * for a range a get is about to cache, whether some source covers it.
+ *
+ * The registry holds one entry per cached region that userfaultfd
+ * watches (regions of every cache; they may overlap), plus provisional
+ * entries for registrations in progress. The kernel's state is the union
+ * of the entries: a range is registered when its first entry arrives and
+ * unregistered, piece by piece, when no entry covers it any more, so the
+ * kernel merges the VMAs back and unmaps of memory nobody caches any
+ * longer cost nothing.
+ *
+ * VMA splitting: registering part of a VMA splits it (up to three), and
+ * every VMA counts against vm.max_map_count (65530 by default), which the
+ * program itself needs. The registry counts disjoint runs of the union
+ * (adjacent runs merge in the kernel: same flags and context) and refuses
+ * a new run beyond a budget of a quarter of max_map_count; such a range is
+ * then not watched (and so not cached), which costs a registration per
+ * get, never correctness. The kernel's own ENOMEM is handled the same way.
+ * Whole VMAs are not registered instead: that would make every munmap and
+ * madvise anywhere in a large heap or arena wait for the reader thread,
+ * not only those of cached ranges.
+ *
+ * All under mrmgr__mon_lock.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "log.h"
+#include "monitor.h"
+
+static struct mrmgr__itree reg_tree;
+static uint64_t reg_entries, reg_runs, reg_budget;
+uint64_t mrmgr__watch_budget_override;
+
+static uint64_t budget(void)
+{
+	if (mrmgr__watch_budget_override)
+		return mrmgr__watch_budget_override;
+	if (!reg_budget) {
+		char buf[32] = "";
+		int fd = open("/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
+		long v = 0;
+
+		if (fd >= 0) {
+			ssize_t n = read(fd, buf, sizeof(buf) - 1);
+
+			if (n > 0)
+				buf[n] = '\0';
+			close(fd);
+			v = strtol(buf, NULL, 10);
+		}
+		reg_budget = (uint64_t)(v > 0 ? v : 65530) / 4;
+	}
+	return reg_budget;
+}
+
+/*
+ * Sweep the union of the entries over [lo, hi]: count its pieces (runs;
+ * adjacent entries are one piece) and, when unreg is set, unregister every
+ * uncovered gap.
+ */
+static uint64_t sweep(uint64_t lo, uint64_t hi, int unreg)
+{
+	uint64_t next = lo, pieces = 0, end = 0;
+	int open_piece = 0;
+
+	for (struct mrmgr__itree_node *n = mrmgr__itree_first_overlap(&reg_tree, lo, hi);
+	     n; n = mrmgr__itree_next_overlap(n, lo, hi)) {
+		uint64_t a = n->start > lo ? n->start : lo;
+		uint64_t b = n->last < hi ? n->last : hi;
+
+		if (open_piece && a <= end + 1) {
+			if (b > end)
+				end = b;
+			continue;
+		}
+		if (open_piece)
+			next = end + 1;
+		if (unreg && a > next)
+			mrmgr__uffd_unregister(next, a - 1);
+		pieces++;
+		open_piece = 1;
+		end = b;
+	}
+	if (open_piece) {
+		if (end == hi)
+			return pieces;
+		next = end + 1;
+	}
+	if (unreg && next <= hi)
+		mrmgr__uffd_unregister(next, hi);
+	return pieces;
+}
+
+static void widen(uint64_t s, uint64_t l, uint64_t *lo, uint64_t *hi)
+{
+	*lo = s ? s - 1 : s;
+	*hi = l != UINT64_MAX ? l + 1 : l;
+}
+
+int mrmgr__watch_insert(struct mrmgr__itree_node *n)
+{
+	uint64_t lo, hi, p;
+
+	widen(n->start, n->last, &lo, &hi);
+	p = sweep(lo, hi, 0);
+	if (!p && reg_runs >= budget())
+		return EOVERFLOW;
+	mrmgr__itree_insert(&reg_tree, n);
+	reg_runs = reg_runs + 1 - p;
+	reg_entries++;
+	return 0;
+}
+
+static void entry_remove(struct mrmgr__itree_node *n, int unreg)
+{
+	uint64_t lo, hi;
+
+	mrmgr__itree_remove(&reg_tree, n);
+	reg_entries--;
+	widen(n->start, n->last, &lo, &hi);
+	reg_runs = reg_runs - 1 + sweep(lo, hi, 0);
+	if (unreg)
+		sweep(n->start, n->last, 1);
+}
+
+void mrmgr__watch_remove(struct mrmgr__itree_node *n)
+{
+	entry_remove(n, 1);
+}
+
+void mrmgr__watch_stats(uint64_t *ranges, uint64_t *runs, uint64_t *bud)
+{
+	*ranges = reg_entries;
+	*runs = reg_runs;
+	*bud = budget();
+}
+
+void mrmgr__watch_fork_child(void)
+{
+	/* The entries belong to regions the child forgets; its mappings lost
+	 * their registration at fork. */
+	mrmgr__itree_init(&reg_tree);
+	reg_entries = reg_runs = 0;
+}
+
+/* ------------------------------------------------------------ coverage */
+
+enum tx_kind { TX_NONE = 0, TX_UFFD, TX_TRUSTED };
+
+/* Register [s, l] and vouch that it is anonymous private memory. */
+static int uffd_watch(struct mrmgr__watch_tx *tx, uint64_t s, uint64_t l)
+{
+	int err, kind;
+
+	/* The reader's own stack: watching it could make it wait for itself. */
+	if (mrmgr__uffd_internal(s, l))
+		return EBUSY;
+	tx->node.start = s;
+	tx->node.last = l;
+	/* Counted first: the budget refuses before the kernel splits. */
+	err = mrmgr__watch_insert(&tx->node);
+	if (err)
+		return err;
+	err = mrmgr__uffd_register(s, l);
+	if (err == EINVAL && (s & 0x1fffff || (l + 1) & 0x1fffff)) {
+		/* Huge pages register on their own (2 MiB) boundaries: widen
+		 * the entry, then the registration. */
+		entry_remove(&tx->node, 0);
+		tx->node.start = s & ~(uint64_t)0x1fffff;
+		tx->node.last = l | 0x1fffff;
+		err = mrmgr__watch_insert(&tx->node);
+		if (err)
+			return err;
+		err = mrmgr__uffd_register(tx->node.start, tx->node.last);
+	}
+	if (err) {
+		mrmgr__watch_remove(&tx->node);
+		return err;
+	}
+	/*
+	 * After registering, not before: if the memory was replaced between
+	 * the two, the registration covers the new mapping, which this then
+	 * classifies; a replacement after it raises an event.
+	 */
+	kind = mrmgr__vma_classify(s, l);
+	if (kind != MRMGR__VMA_ANON_PRIVATE) {
+		mrmgr__watch_remove(&tx->node);
+		return kind == MRMGR__VMA_UNMAPPED ? EFAULT : EPERM;
+	}
+	tx->kind = TX_UFFD;
+	return 0;
+}
+
+int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
+			   uint64_t last, struct mrmgr__watch_tx *tx)
+{
+	uint32_t mode = c->mon.mode;
+	int err = ENODEV, herr;
+
+	memset(tx, 0, sizeof(*tx));
+	/* Before anything pins the range, so notifications reach us. */
+	mrmgr__mon_filter_add(start, last);
+	if (mode == MRMGR_MONITOR_EXTERNAL || mode == MRMGR_MONITOR_NONE) {
+		tx->kind = TX_TRUSTED;
+		return 0;
+	}
+	pthread_mutex_lock(&mrmgr__mon_lock);
+	if (mode != MRMGR_MONITOR_HOOKS && mrmgr__uffd_start() == 0) {
+		err = uffd_watch(tx, start, last);
+		if (!err) {
+			pthread_mutex_unlock(&mrmgr__mon_lock);
+			return 0;
+		}
+	}
+	if (mode != MRMGR_MONITOR_UFFD &&
+	    mrmgr__hooks_state(&herr) == SRC_ACTIVE) {
+		/* The hooks see this process's calls on private memory; what
+		 * happens to shared memory elsewhere they cannot see. */
+		int kind = mrmgr__vma_classify(start, last);
+
+		if (kind == MRMGR__VMA_ANON_PRIVATE ||
+		    kind == MRMGR__VMA_FILE_PRIVATE) {
+			tx->kind = TX_TRUSTED;
+			err = 0;
+		} else {
+			err = kind == MRMGR__VMA_UNMAPPED ? EFAULT : EPERM;
+		}
+	}
+	pthread_mutex_unlock(&mrmgr__mon_lock);
+	if (err) {
+		c->mon.unwatched++;
+		mrmgr__dbg("monitor: [%#llx, %#llx] not watched (%s): not cached",
+			   (unsigned long long)start, (unsigned long long)last,
+			   strerror(err));
+	}
+	return err;
+}
+
+void mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
+			     struct mrmgr_region *r)
+{
+	(void)c;
+	r->watched = 0;
+	if (tx->kind != TX_UFFD)
+		return;
+	/* The region takes the entry over: same range, so no run changes and
+	 * nothing is unregistered in between. */
+	r->watch.start = tx->node.start;
+	r->watch.last = tx->node.last;
+	pthread_mutex_lock(&mrmgr__mon_lock);
+	mrmgr__itree_insert(&reg_tree, &r->watch);
+	mrmgr__itree_remove(&reg_tree, &tx->node);
+	pthread_mutex_unlock(&mrmgr__mon_lock);
+	r->watched = 1;
+	tx->kind = TX_NONE;
+}
+
+void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx)
+{
+	(void)c;
+	if (tx->kind != TX_UFFD)
+		return;
+	pthread_mutex_lock(&mrmgr__mon_lock);
+	mrmgr__watch_remove(&tx->node);
+	pthread_mutex_unlock(&mrmgr__mon_lock);
+	tx->kind = TX_NONE;
+}
+
+void mrmgr__mon_unwatch(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	(void)c;
+	if (!r->watched)
+		return;
+	pthread_mutex_lock(&mrmgr__mon_lock);
+	mrmgr__watch_remove(&r->watch);
+	pthread_mutex_unlock(&mrmgr__mon_lock);
+	r->watched = 0;
+}
