@@ -121,7 +121,10 @@ enum mrmgr__vma_kind {
 	MRMGR__VMA_SHARED,           /* shared: shmem, SysV, MAP_SHARED files */
 	MRMGR__VMA_UNMAPPED,         /* a hole */
 };
-int mrmgr__vma_classify(uint64_t start, uint64_t last);
+/* The worst kind over [start, last], and (when the outputs are not NULL)
+ * the extent of the VMAs covering it. */
+int mrmgr__vma_classify(uint64_t start, uint64_t last, uint64_t *vstart,
+			uint64_t *vlast);
 int mrmgr__vma_uses_query(void); /* PROCMAP_QUERY worked */
 
 /* ------------------------------------------------------------ watching */

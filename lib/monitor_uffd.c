@@ -57,14 +57,18 @@
 #define SELFTEST_TIMEOUT_MS 2000
 #define READ_BATCH 32
 #define THREAD_STACK (256 * 1024)
+#define GUARD 4096
 
 /*
  * The stack of the reader (and, before it, of the self-test helper): in
- * .bss, never unmapped, so its address is never handed to the program's
- * memory; a stack the program passes in is never madvise()d by glibc at
- * thread exit; and it is never watched (mrmgr__uffd_internal()).
+ * .bss, never unmapped, so its address is never one the program just
+ * freed; a stack the program passes in is never madvise()d by glibc at
+ * thread exit; and it is never watched (mrmgr__uffd_internal()). Its
+ * PROT_NONE guards also make it a VMA of its own, which never merges
+ * with memory of the program's whose whole VMA may be registered.
  */
-static _Alignas(4096) char thread_stack[THREAD_STACK];
+static _Alignas(4096) char stack_area[GUARD + THREAD_STACK + GUARD];
+#define thread_stack (stack_area + GUARD)
 
 static struct {
 	int state;            /* enum mrmgr__src_state */
@@ -168,19 +172,26 @@ int mrmgr__uffd_internal(uint64_t start, uint64_t last)
 {
 	uint64_t s = (uintptr_t)thread_stack;
 
-	return start < s + THREAD_STACK && last >= s;
+	return start < s + THREAD_STACK + GUARD && last >= s - GUARD;
 }
 
 /* Threads of ours run on thread_stack; fall back to glibc's on EINVAL
  * (static TLS too large for it). */
 static int create_thread(pthread_t *t, void *(*fn)(void *), void *arg)
 {
+	static int guarded;
 	pthread_attr_t a;
 	int err;
 
+	if (!guarded) {
+		guarded = 1;
+		(void)mprotect(stack_area, GUARD, PROT_NONE);
+		(void)mprotect(thread_stack + THREAD_STACK, GUARD, PROT_NONE);
+	}
+
 	if (pthread_attr_init(&a))
 		return pthread_create(t, NULL, fn, arg);
-	err = pthread_attr_setstack(&a, thread_stack, sizeof(thread_stack));
+	err = pthread_attr_setstack(&a, thread_stack, THREAD_STACK);
 	if (!err)
 		err = pthread_create(t, &a, fn, arg);
 	pthread_attr_destroy(&a);

@@ -102,8 +102,12 @@ static int query_one(int fd, uint64_t a, struct mrmgr__procmap_query *q,
 	return ioctl(fd, MRMGR__PROCMAP_QUERY, q) ? errno : 0;
 }
 
-/* Worst kind over [start, last] with PROCMAP_QUERY; -1 if unsupported. */
-static int classify_query(int fd, uint64_t start, uint64_t last)
+/*
+ * Worst kind over [start, last] with PROCMAP_QUERY, and the extent of the
+ * VMAs that cover it; -1 if unsupported.
+ */
+static int classify_query(int fd, uint64_t start, uint64_t last,
+			  uint64_t *vstart, uint64_t *vlast)
 {
 	int worst = MRMGR__VMA_ANON_PRIVATE;
 	uint64_t a = start;
@@ -117,6 +121,9 @@ static int classify_query(int fd, uint64_t start, uint64_t last)
 			return -1;
 		if (err)
 			return MRMGR__VMA_UNMAPPED;
+		if (a == start)
+			*vstart = q.vma_start;
+		*vlast = q.vma_end - 1;
 		shared = !!(q.vma_flags & MRMGR__PROCMAP_VMA_SHARED);
 		k = kind_of(shared, q.inode, NULL);
 		/* Private with a file: anonymous huge pages have one too. */
@@ -165,7 +172,8 @@ static const char *skip_field(const char *p, const char *end)
  * lines are past the range.
  */
 static int maps_line(const char *p, const char *end, uint64_t start,
-		     uint64_t last, uint64_t *covered, int *worst)
+		     uint64_t last, uint64_t *covered, int *worst,
+		     uint64_t *vstart, uint64_t *vlast)
 {
 	uint64_t vs = parse_hex(&p), ve, inode = 0;
 	int shared, k;
@@ -197,12 +205,16 @@ static int maps_line(const char *p, const char *end, uint64_t start,
 	}
 	if (k > *worst)
 		*worst = k;
+	if (vs <= start && ve > start)
+		*vstart = vs;
 	if (vs <= *covered && ve > *covered)
 		*covered = ve;
+	*vlast = ve - 1;
 	return ve > last;
 }
 
-static int classify_maps(int fd, uint64_t start, uint64_t last)
+static int classify_maps(int fd, uint64_t start, uint64_t last,
+			 uint64_t *vstart, uint64_t *vlast)
 {
 	char buf[4096];
 	size_t have = 0;
@@ -223,7 +235,7 @@ static int classify_maps(int fd, uint64_t start, uint64_t last)
 		while (!done && (nl = memchr(line, '\n', have - (size_t)(line - buf)))) {
 			if (!skipping)
 				done = maps_line(line, nl, start, last, &covered,
-						 &worst);
+						 &worst, vstart, vlast);
 			skipping = 0;
 			line = nl + 1;
 		}
@@ -233,7 +245,7 @@ static int classify_maps(int fd, uint64_t start, uint64_t last)
 			 * need (a long name is a file's); drop the rest. */
 			if (!skipping)
 				done = maps_line(buf, buf + have, start, last,
-						 &covered, &worst);
+						 &covered, &worst, vstart, vlast);
 			skipping = 1;
 			have = 0;
 		} else {
@@ -245,18 +257,24 @@ static int classify_maps(int fd, uint64_t start, uint64_t last)
 	return worst;
 }
 
-int mrmgr__vma_classify(uint64_t start, uint64_t last)
+int mrmgr__vma_classify(uint64_t start, uint64_t last, uint64_t *vstart,
+			uint64_t *vlast)
 {
+	uint64_t vs = start, vl = last;
 	int fd = get_maps_fd(), k = -1;
 
 	if (fd < 0)
 		return MRMGR__VMA_UNMAPPED;
 	if (query_works != 0) {
-		k = classify_query(fd, start, last);
+		k = classify_query(fd, start, last, &vs, &vl);
 		query_works = k >= 0;
 	}
 	if (k < 0)
-		k = classify_maps(fd, start, last);
+		k = classify_maps(fd, start, last, &vs, &vl);
+	if (vstart)
+		*vstart = vs;
+	if (vlast)
+		*vlast = vl;
 	return k;
 }
 

@@ -2,24 +2,31 @@
  * Watching: which ranges are registered with userfaultfd, and deciding,
  * for a range a get is about to cache, whether some source covers it.
  *
- * The registry holds one entry per cached region that userfaultfd
- * watches (regions of every cache; they may overlap), plus provisional
- * entries for registrations in progress. The kernel's state is the union
- * of the entries: a range is registered when its first entry arrives and
- * unregistered, piece by piece, when no entry covers it any more, so the
- * kernel merges the VMAs back and unmaps of memory nobody caches any
- * longer cost nothing.
+ * What is registered: the whole VMAs that hold a cached range, never a
+ * part of one. Registering part of a VMA splits it (up to three), which
+ * costs vm.max_map_count (65530 by default, which the program itself
+ * needs) and changes what the program sees: mremap() refuses a range that
+ * spans VMAs (EFAULT; on 6.17+, a multi-VMA move over registered VMAs may
+ * even fail half done), so a buffer that could be moved before would not
+ * be after a part of it was cached. The price of whole VMAs: an unmap or
+ * discard anywhere in such a VMA waits for the reader thread (a few
+ * microseconds, see doc/monitor.md), not only one that touches a cached
+ * range; invalidation stays exact (only overlapping regions go).
  *
- * VMA splitting: registering part of a VMA splits it (up to three), and
- * every VMA counts against vm.max_map_count (65530 by default), which the
- * program itself needs. The registry counts disjoint runs of the union
- * (adjacent runs merge in the kernel: same flags and context) and refuses
- * a new run beyond a budget of a quarter of max_map_count; such a range is
- * then not watched (and so not cached), which costs a registration per
- * get, never correctness. The kernel's own ENOMEM is handled the same way.
- * Whole VMAs are not registered instead: that would make every munmap and
- * madvise anywhere in a large heap or arena wait for the reader thread,
- * not only those of cached ranges.
+ * The registry holds one entry per cached region that userfaultfd
+ * watches (regions of every cache; entries overlap: every region in a VMA
+ * holds the whole VMA), plus provisional entries for registrations in
+ * progress. The kernel's state is the union of the entries: a VMA is
+ * registered when its first entry arrives and unregistered when no entry
+ * covers it any more, so it can merge with its neighbours again and unmaps
+ * of memory nobody caches any longer cost nothing.
+ *
+ * A registered VMA never merges with a new neighbour (different context),
+ * so the registry still bounds what it holds: it counts disjoint runs of
+ * the union and refuses a new run beyond a quarter of max_map_count; such
+ * a range is then not watched (and so not cached), which costs a
+ * registration per get, never correctness. A kernel refusal (ENOMEM,
+ * EBUSY: another userfaultfd owns the VMA) is handled the same way.
  *
  * All under mrmgr__mon_lock.
  *
@@ -157,45 +164,37 @@ void mrmgr__watch_fork_child(void)
 
 enum tx_kind { TX_NONE = 0, TX_UFFD, TX_TRUSTED };
 
-/* Register [s, l] and vouch that it is anonymous private memory. */
+/*
+ * Register the VMAs that hold [s, l], after checking they are anonymous
+ * private memory, and check again after registering: a mapping replaced
+ * in between is then either seen by the second look or raises an event.
+ */
 static int uffd_watch(struct mrmgr__watch_tx *tx, uint64_t s, uint64_t l)
 {
+	uint64_t vs, vl, vs2, vl2;
 	int err, kind;
 
+	kind = mrmgr__vma_classify(s, l, &vs, &vl);
+	if (kind != MRMGR__VMA_ANON_PRIVATE)
+		return kind == MRMGR__VMA_UNMAPPED ? EFAULT : EPERM;
 	/* The reader's own stack: watching it could make it wait for itself. */
-	if (mrmgr__uffd_internal(s, l))
+	if (mrmgr__uffd_internal(vs, vl))
 		return EBUSY;
-	tx->node.start = s;
-	tx->node.last = l;
-	/* Counted first: the budget refuses before the kernel splits. */
+	tx->node.start = vs;
+	tx->node.last = vl;
+	/* Counted first: the budget refuses before the kernel is asked. */
 	err = mrmgr__watch_insert(&tx->node);
 	if (err)
 		return err;
-	err = mrmgr__uffd_register(s, l);
-	if (err == EINVAL && (s & 0x1fffff || (l + 1) & 0x1fffff)) {
-		/* Huge pages register on their own (2 MiB) boundaries: widen
-		 * the entry, then the registration. */
-		entry_remove(&tx->node, 0);
-		tx->node.start = s & ~(uint64_t)0x1fffff;
-		tx->node.last = l | 0x1fffff;
-		err = mrmgr__watch_insert(&tx->node);
-		if (err)
-			return err;
-		err = mrmgr__uffd_register(tx->node.start, tx->node.last);
+	err = mrmgr__uffd_register(vs, vl);
+	if (!err) {
+		kind = mrmgr__vma_classify(s, l, &vs2, &vl2);
+		if (kind != MRMGR__VMA_ANON_PRIVATE || vs2 < vs || vl2 > vl)
+			err = kind == MRMGR__VMA_UNMAPPED ? EFAULT : EAGAIN;
 	}
 	if (err) {
 		mrmgr__watch_remove(&tx->node);
 		return err;
-	}
-	/*
-	 * After registering, not before: if the memory was replaced between
-	 * the two, the registration covers the new mapping, which this then
-	 * classifies; a replacement after it raises an event.
-	 */
-	kind = mrmgr__vma_classify(s, l);
-	if (kind != MRMGR__VMA_ANON_PRIVATE) {
-		mrmgr__watch_remove(&tx->node);
-		return kind == MRMGR__VMA_UNMAPPED ? EFAULT : EPERM;
 	}
 	tx->kind = TX_UFFD;
 	return 0;
@@ -226,7 +225,7 @@ int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
 	    mrmgr__hooks_state(&herr) == SRC_ACTIVE) {
 		/* The hooks see this process's calls on private memory; what
 		 * happens to shared memory elsewhere they cannot see. */
-		int kind = mrmgr__vma_classify(start, last);
+		int kind = mrmgr__vma_classify(start, last, NULL, NULL);
 
 		if (kind == MRMGR__VMA_ANON_PRIVATE ||
 		    kind == MRMGR__VMA_FILE_PRIVATE) {
