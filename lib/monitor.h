@@ -130,6 +130,18 @@ int mrmgr__vma_uses_query(void); /* PROCMAP_QUERY worked */
 /* ------------------------------------------------------------ watching */
 
 /*
+ * A registry entry: a range registered with userfaultfd on behalf of one
+ * region (or of a get in progress). Entries with the same range share one
+ * tree node (every region of a VMA holds the whole VMA): the node is any
+ * member's, the members sit on a ring.
+ */
+struct mrmgr__watch {
+	struct mrmgr__itree_node node;
+	struct mrmgr__watch *next, *prev; /* members with the same range */
+	int in_tree;                      /* this member's node is the one */
+};
+
+/*
  * A get that is about to register [start, last] for caching asks whether
  * anything will report changes to it. begin returns 0 when it is covered
  * (the range is then watched already, before the registration pins
@@ -139,8 +151,8 @@ int mrmgr__vma_uses_query(void); /* PROCMAP_QUERY worked */
  * tree. All with the cache lock held.
  */
 struct mrmgr__watch_tx {
-	struct mrmgr__itree_node node; /* the provisional registry entry */
-	int kind;                      /* how it is covered */
+	struct mrmgr__watch w; /* the provisional registry entry */
+	int kind;              /* how it is covered */
 };
 int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
 			   uint64_t last, struct mrmgr__watch_tx *tx);
@@ -150,8 +162,6 @@ void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx);
 void mrmgr__mon_unwatch(struct mrmgr_cache *c, struct mrmgr_region *r);
 
 /* Registry internals shared by monitor_watch.c and monitor.c. */
-int mrmgr__watch_insert(struct mrmgr__itree_node *n);   /* 0 or EOVERFLOW */
-void mrmgr__watch_remove(struct mrmgr__itree_node *n);
 void mrmgr__watch_stats(uint64_t *ranges, uint64_t *runs, uint64_t *budget);
 void mrmgr__watch_fork_child(void);
 

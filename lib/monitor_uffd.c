@@ -79,6 +79,7 @@ static struct {
 	uint64_t features;
 	pthread_t reader;
 	int reader_running;
+	int dead;             /* the reader gave up (never expected) */
 	pid_t pid;
 } U = { .fd = -1, .stop_fd = -1 };
 
@@ -204,6 +205,8 @@ int mrmgr__uffd_register(uint64_t start, uint64_t last)
 {
 	struct uffdio_register reg;
 
+	if (__atomic_load_n(&U.dead, __ATOMIC_SEQ_CST))
+		return ESHUTDOWN;
 	memset(&reg, 0, sizeof(reg));
 	reg.range.start = start;
 	reg.range.len = last - start + 1;
@@ -274,7 +277,14 @@ static void *reader_main(void *arg)
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 || (pfd[1].revents & POLLIN)) {
+		if (n < 0 || (pfd[1].revents & POLLIN) ||
+		    (pfd[0].revents & (POLLERR | POLLHUP | POLLNVAL))) {
+			if (!(pfd[1].revents & POLLIN)) {
+				/* Cannot happen; if it does, nothing watches
+				 * from now on: say so, and flush every cache. */
+				__atomic_store_n(&U.dead, 1, __ATOMIC_SEQ_CST);
+				mrmgr__mon_push(0, UINT64_MAX);
+			}
 			/*
 			 * Close it here, before this thread exits: glibc's
 			 * thread exit frees and madvise()s memory, which could
@@ -454,10 +464,22 @@ static int start_reader(void)
 	return 0;
 }
 
+/* The reader gave up: the source is off from now on (mon lock held). */
+static void check_dead(void)
+{
+	if (__atomic_load_n(&U.dead, __ATOMIC_SEQ_CST) && U.state == SRC_ACTIVE) {
+		U.state = SRC_FAILED;
+		U.err = EIO;
+		mrmgr__err("monitor: the userfaultfd reader stopped; nothing is "
+			   "cached from now on");
+	}
+}
+
 int mrmgr__uffd_start(void)
 {
 	int fd, ret;
 
+	check_dead();
 	if (U.state != SRC_UNTRIED)
 		return U.state == SRC_ACTIVE ? 0 : U.err;
 	U.pid = getpid();
@@ -493,6 +515,7 @@ int mrmgr__uffd_start(void)
 
 int mrmgr__uffd_state(int *err, uint32_t *flags, uint64_t *features)
 {
+	check_dead();
 	if (err)
 		*err = U.state == SRC_FAILED ? U.err : 0;
 	if (flags)
@@ -530,6 +553,9 @@ __attribute__((destructor)) static void uffd_stop(void)
 
 	if (!U.reader_running || U.pid != getpid())
 		return;
+	/* Under the monitor lock: no thread registers through the number
+	 * once it is closed (and maybe reused). */
+	pthread_mutex_lock(&mrmgr__mon_lock);
 	/* The reader closes the descriptor on its way out. */
 	if (write(U.stop_fd, &one, sizeof(one)) == (ssize_t)sizeof(one))
 		pthread_join(U.reader, NULL);
@@ -541,4 +567,5 @@ __attribute__((destructor)) static void uffd_stop(void)
 	U.state = SRC_FAILED;
 	U.err = ESHUTDOWN;
 	__atomic_fetch_and(&mrmgr__mon_word, ~(uint64_t)1, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&mrmgr__mon_lock);
 }

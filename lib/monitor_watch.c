@@ -14,9 +14,10 @@
  * range; invalidation stays exact (only overlapping regions go).
  *
  * The registry holds one entry per cached region that userfaultfd
- * watches (regions of every cache; entries overlap: every region in a VMA
- * holds the whole VMA), plus provisional entries for registrations in
- * progress. The kernel's state is the union of the entries: a VMA is
+ * watches (regions of every cache; every region in a VMA holds the whole
+ * VMA, so entries with the same range share one tree node and the tree
+ * stays as small as the number of watched VMAs), plus provisional entries
+ * for registrations in progress. The kernel's state is the union of the entries: a VMA is
  * registered when its first entry arrives and unregistered when no entry
  * covers it any more, so it can merge with its neighbours again and unmaps
  * of memory nobody caches any longer cost nothing.
@@ -44,7 +45,7 @@
 #include "log.h"
 #include "monitor.h"
 
-static struct mrmgr__itree reg_tree;
+static struct mrmgr__itree reg_tree;   /* one node per distinct range */
 static uint64_t reg_entries, reg_runs, reg_budget;
 uint64_t mrmgr__watch_budget_override;
 
@@ -71,9 +72,10 @@ static uint64_t budget(void)
 }
 
 /*
- * Sweep the union of the entries over [lo, hi]: count its pieces (runs;
- * adjacent entries are one piece) and, when unreg is set, unregister every
- * uncovered gap.
+ * Sweep the union of the distinct ranges over [lo, hi]: count its pieces
+ * (runs; adjacent ranges are one piece) and, when unreg is set,
+ * unregister every uncovered gap. Costs the number of distinct ranges
+ * there, not the number of regions.
  */
 static uint64_t sweep(uint64_t lo, uint64_t hi, int unreg)
 {
@@ -114,35 +116,72 @@ static void widen(uint64_t s, uint64_t l, uint64_t *lo, uint64_t *hi)
 	*hi = l != UINT64_MAX ? l + 1 : l;
 }
 
-int mrmgr__watch_insert(struct mrmgr__itree_node *n)
+static struct mrmgr__watch *watch_of(struct mrmgr__itree_node *n)
 {
+	return mrmgr__container_of(n, struct mrmgr__watch, node);
+}
+
+/* The tree's node for exactly [s, l], if any. */
+static struct mrmgr__watch *find_same(uint64_t s, uint64_t l)
+{
+	for (struct mrmgr__itree_node *n = mrmgr__itree_first_overlap(&reg_tree, s, s);
+	     n; n = mrmgr__itree_next_overlap(n, s, s))
+		if (n->start == s && n->last == l)
+			return watch_of(n);
+	return NULL;
+}
+
+/* Add w for [s, l]: 0, or EOVERFLOW when a new run would pass the budget. */
+static int watch_join(struct mrmgr__watch *w, uint64_t s, uint64_t l)
+{
+	struct mrmgr__watch *same = find_same(s, l);
 	uint64_t lo, hi, p;
 
-	widen(n->start, n->last, &lo, &hi);
+	w->node.start = s;
+	w->node.last = l;
+	if (same) {
+		w->next = same->next;
+		w->prev = same;
+		same->next->prev = w;
+		same->next = w;
+		w->in_tree = 0;
+		reg_entries++;
+		return 0;
+	}
+	widen(s, l, &lo, &hi);
 	p = sweep(lo, hi, 0);
 	if (!p && reg_runs >= budget())
 		return EOVERFLOW;
-	mrmgr__itree_insert(&reg_tree, n);
+	mrmgr__itree_insert(&reg_tree, &w->node);
+	w->next = w->prev = w;
+	w->in_tree = 1;
 	reg_runs = reg_runs + 1 - p;
 	reg_entries++;
 	return 0;
 }
 
-static void entry_remove(struct mrmgr__itree_node *n, int unreg)
+/* Drop w; the last member of a range unregisters what nothing else covers. */
+static void watch_leave(struct mrmgr__watch *w)
 {
-	uint64_t lo, hi;
+	uint64_t lo, hi, s = w->node.start, l = w->node.last;
 
-	mrmgr__itree_remove(&reg_tree, n);
 	reg_entries--;
-	widen(n->start, n->last, &lo, &hi);
-	reg_runs = reg_runs - 1 + sweep(lo, hi, 0);
-	if (unreg)
-		sweep(n->start, n->last, 1);
-}
+	if (w->next != w) {
+		struct mrmgr__watch *heir = w->next;
 
-void mrmgr__watch_remove(struct mrmgr__itree_node *n)
-{
-	entry_remove(n, 1);
+		w->prev->next = w->next;
+		w->next->prev = w->prev;
+		if (w->in_tree) {
+			mrmgr__itree_remove(&reg_tree, &w->node);
+			mrmgr__itree_insert(&reg_tree, &heir->node);
+			heir->in_tree = 1;
+		}
+		return;
+	}
+	mrmgr__itree_remove(&reg_tree, &w->node);
+	widen(s, l, &lo, &hi);
+	reg_runs = reg_runs - 1 + sweep(lo, hi, 0);
+	sweep(s, l, 1);
 }
 
 void mrmgr__watch_stats(uint64_t *ranges, uint64_t *runs, uint64_t *bud)
@@ -180,10 +219,8 @@ static int uffd_watch(struct mrmgr__watch_tx *tx, uint64_t s, uint64_t l)
 	/* The reader's own stack: watching it could make it wait for itself. */
 	if (mrmgr__uffd_internal(vs, vl))
 		return EBUSY;
-	tx->node.start = vs;
-	tx->node.last = vl;
 	/* Counted first: the budget refuses before the kernel is asked. */
-	err = mrmgr__watch_insert(&tx->node);
+	err = watch_join(&tx->w, vs, vl);
 	if (err)
 		return err;
 	err = mrmgr__uffd_register(vs, vl);
@@ -193,7 +230,7 @@ static int uffd_watch(struct mrmgr__watch_tx *tx, uint64_t s, uint64_t l)
 			err = kind == MRMGR__VMA_UNMAPPED ? EFAULT : EAGAIN;
 	}
 	if (err) {
-		mrmgr__watch_remove(&tx->node);
+		watch_leave(&tx->w);
 		return err;
 	}
 	tx->kind = TX_UFFD;
@@ -252,13 +289,11 @@ void mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
 	r->watched = 0;
 	if (tx->kind != TX_UFFD)
 		return;
-	/* The region takes the entry over: same range, so no run changes and
-	 * nothing is unregistered in between. */
-	r->watch.start = tx->node.start;
-	r->watch.last = tx->node.last;
+	/* The region joins the range before the provisional entry leaves it,
+	 * so nothing is unregistered in between. */
 	pthread_mutex_lock(&mrmgr__mon_lock);
-	mrmgr__itree_insert(&reg_tree, &r->watch);
-	mrmgr__itree_remove(&reg_tree, &tx->node);
+	(void)watch_join(&r->watch, tx->w.node.start, tx->w.node.last);
+	watch_leave(&tx->w);
 	pthread_mutex_unlock(&mrmgr__mon_lock);
 	r->watched = 1;
 	tx->kind = TX_NONE;
@@ -270,7 +305,7 @@ void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx)
 	if (tx->kind != TX_UFFD)
 		return;
 	pthread_mutex_lock(&mrmgr__mon_lock);
-	mrmgr__watch_remove(&tx->node);
+	watch_leave(&tx->w);
 	pthread_mutex_unlock(&mrmgr__mon_lock);
 	tx->kind = TX_NONE;
 }
@@ -281,7 +316,7 @@ void mrmgr__mon_unwatch(struct mrmgr_cache *c, struct mrmgr_region *r)
 	if (!r->watched)
 		return;
 	pthread_mutex_lock(&mrmgr__mon_lock);
-	mrmgr__watch_remove(&r->watch);
+	watch_leave(&r->watch);
 	pthread_mutex_unlock(&mrmgr__mon_lock);
 	r->watched = 0;
 }

@@ -23,6 +23,7 @@
 
 #include "compiler.h"
 #include "itree.h"
+#include "monitor.h"
 
 struct mrmgr_cache;
 
@@ -60,7 +61,7 @@ struct mrmgr_region {
 	uint64_t gen;                  /* cache-wide registration number */
 	struct mrmgr__lru_link lru;    /* cache lock; only LIVE regions */
 	struct mrmgr_region *free_next;
-	struct mrmgr__itree_node watch; /* monitor registry entry (monitor.h) */
+	struct mrmgr__watch watch;     /* monitor registry entry (monitor.h) */
 	int watched;                   /* watch is in the registry */
 	/* nstripes entries follow; the header is padded to a line. */
 	struct mrmgr__ref_stripe stripes[];

@@ -479,7 +479,7 @@ Test(unwatchable, sysv_shm_is_not_cached_and_shmdt_is_safe)
 	fx_close(&f);
 }
 
-Test(unwatchable, shared_anonymous_memory_is_not_cached)
+Test(unwatchable, shared_memory_and_madv_remove)
 {
 	struct fixture f;
 	char *p = mmap(NULL, LEN, PROT_READ | PROT_WRITE,
@@ -490,6 +490,12 @@ Test(unwatchable, shared_anonymous_memory_is_not_cached)
 	memset(p, 1, LEN);
 	fx_open(&f, NULL, &big);
 	expect_uncached(&f, p, LEN);
+	/* MADV_REMOVE (shared memory only) frees the pages: nothing cached,
+	 * so nothing stale. */
+	cr_assert_eq(madvise(p, LEN, MADV_REMOVE), 0);
+	memset(p, 2, LEN);
+	expect_uncached(&f, p, LEN);
+	cr_assert_eq(sstats(f.ctx).stale_accesses, 0);
 	fx_close(&f);
 	munmap(p, LEN);
 }

@@ -403,6 +403,45 @@ Test(vma, budget_bounds_runs_and_unwatch_unregisters)
 		munmap(p[i], LEN);
 }
 
+Test(vma, regions_of_one_vma_share_its_registration)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = attr_mode(MRMGR_MONITOR_UFFD);
+	mrmgr_region_t *r;
+	char *p = map_rw(8 * LEN, 0);
+	uint32_t key5 = 0;
+
+	a.comp_mask |= MRMGR_CACHE_ATTR_FLAGS;
+	a.flags = MRMGR_CACHE_NO_MERGE;
+	fx_open(&f, NULL, &a);
+	if (!(minfo(f.cache).sources & MRMGR_MONITOR_SRC_UFFD))
+		cr_skip_test("userfaultfd unavailable here");
+	for (int i = 0; i < 8; i++) {
+		cr_assert_eq(mrmgr_get(f.cache, p + i * LEN, LEN, RW, &r), 0);
+		if (i == 5)
+			key5 = mrmgr_region_rkey(r);
+		mrmgr_put(r);
+	}
+	cr_assert_eq(minfo(f.cache).watched_runs, 1);
+	/* The first region's entry is the shared one: it leaves first. */
+	cr_assert_eq(mrmgr_invalidate(f.cache, p, LEN), 0);
+	cr_assert_eq(minfo(f.cache).watched_ranges, 7);
+	/* The VMA is still watched for the others. */
+	cr_assert_eq(madvise(p + 5 * LEN, PAGE, MADV_DONTNEED), 0);
+	cr_assert_eq(mrmgr_get(f.cache, p + 5 * LEN, LEN, RW, &r), 0);
+	cr_assert_neq(mrmgr_region_rkey(r), key5, "the event must still come");
+	mrmgr_put(r);
+	/* Nothing cached any more: unregistered, so no more events. */
+	cr_assert_eq(mrmgr_invalidate(f.cache, p, 8 * LEN), 0);
+	cr_assert_eq(minfo(f.cache).watched_ranges, 0);
+	cr_assert_eq(minfo(f.cache).watched_runs, 0);
+	uint64_t events = minfo(f.cache).uffd_events;
+	cr_assert_eq(madvise(p, LEN, MADV_DONTNEED), 0);
+	cr_assert_eq(minfo(f.cache).uffd_events, events);
+	fx_close(&f);
+	munmap(p, 8 * LEN);
+}
+
 /* ------------------------------------------------------------ fork */
 
 /* The child cannot use Criterion's asserts: it reports with its status. */
