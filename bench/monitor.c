@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +31,28 @@
 
 static long pairs = 200000, nregions = 100000;
 
+#define ROUNDS 7
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Median of ROUNDS runs of expr, each with n = total / ROUNDS. */
+#define MEDIAN(expr, total)                                              \
+	({                                                               \
+		double v_[ROUNDS];                                       \
+		long each_ = (total) / ROUNDS > 0 ? (total) / ROUNDS : 1; \
+		for (int r_ = 0; r_ < ROUNDS; r_++) {                    \
+			long n = each_;                                  \
+			v_[r_] = (expr);                                 \
+		}                                                        \
+		qsort(v_, ROUNDS, sizeof(v_[0]), cmp_double);            \
+		v_[ROUNDS / 2];                                          \
+	})
+
 static double now_ns(void)
 {
 	struct timespec t;
@@ -38,20 +61,49 @@ static double now_ns(void)
 	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
-/* mmap + munmap of 64 KiB somewhere the kernel chooses (not watched). */
-static double bench_pairs(void)
+/*
+ * mmap + munmap of 64 KiB somewhere the kernel chooses (not watched),
+ * through libc (interposed by the hooks when they are loaded) or through
+ * raw syscall() (never interposed, no library code at all).
+ */
+static double bench_pairs(long n, int raw)
 {
 	double t0 = now_ns();
 
-	for (long i = 0; i < pairs; i++) {
-		void *p = mmap(NULL, PAIR_LEN, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	for (long i = 0; i < n; i++) {
+		void *p;
 
+		if (raw) {
+			p = (void *)syscall(SYS_mmap, NULL, PAIR_LEN,
+					    PROT_READ | PROT_WRITE,
+					    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (p == MAP_FAILED || syscall(SYS_munmap, p, PAIR_LEN))
+				abort();
+			continue;
+		}
+		p = mmap(NULL, PAIR_LEN, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED || munmap(p, PAIR_LEN))
 			abort();
 	}
-	return (now_ns() - t0) / (double)pairs;
+	return (now_ns() - t0) / (double)n;
 }
+
+/* Medians of a and b, run alternately round by round (noise cancels). */
+#define AB(expr_a, expr_b, total, ma, mb)                                \
+	do {                                                             \
+		double a_[ROUNDS], b_[ROUNDS];                           \
+		long each_ = (total) / ROUNDS > 0 ? (total) / ROUNDS : 1; \
+		for (int r_ = 0; r_ < ROUNDS; r_++) {                    \
+			long n = each_;                                  \
+			a_[r_] = (expr_a);                               \
+			b_[r_] = (expr_b);                               \
+		}                                                        \
+		qsort(a_, ROUNDS, sizeof(a_[0]), cmp_double);            \
+		qsort(b_, ROUNDS, sizeof(b_[0]), cmp_double);            \
+		*(ma) = a_[ROUNDS / 2];                                  \
+		*(mb) = b_[ROUNDS / 2];                                  \
+	} while (0)
 
 /* madvise(MADV_DONTNEED) of one page of p (watched or not). */
 static double bench_dontneed(char *p, long n)
@@ -146,19 +198,17 @@ static int child(const char *mode)
 	struct ibv_pd *pd;
 	mrmgr_cache_t *c;
 	size_t big = (size_t)(nregions + 16) * PAGE;
-	char *plain, *arena;
-	double base_pair, base_dn, v;
+	char *plain, *arena, label[96];
+	double x, y;
 
-	/* Memory the monitor never watches, for the baselines. */
-	plain = mmap(NULL, 16 * PAGE, PROT_READ | PROT_WRITE,
-		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* Separate mappings: plain is never watched, the arena's one VMA is
+	 * watched as soon as one page of it is cached. */
 	arena = mmap(NULL, big, PROT_READ | PROT_WRITE,
 		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	plain = mmap(NULL, 16 * PAGE, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (plain == MAP_FAILED || arena == MAP_FAILED)
 		return 1;
-	base_pair = bench_pairs();
-	base_dn = bench_dontneed(plain, pairs);
-
 	if (mrmgr_sim_open(&sa, &ctx) || mrmgr_sim_alloc_pd(ctx, &pd) ||
 	    mrmgr_cache_create(pd, &ca, &c))
 		return 1;
@@ -173,13 +223,10 @@ static int child(const char *mode)
 		       strerror(mi.hooks_error));
 		return 0;
 	}
-	if (!strcmp(mode, "none"))
-		row(mode, "mmap+munmap 64 KiB, library not used (baseline)", base_pair, 0);
-	row(mode, "mmap+munmap 64 KiB, cache with 0 regions", bench_pairs(), base_pair);
-	if (!strcmp(mode, "none"))
-		row(mode, "madvise(DONTNEED) 1 page, not watched (baseline)", base_dn, 0);
+	AB(bench_pairs(n, 0), bench_pairs(n, 1), pairs, &x, &y);
+	row(mode, "mmap+munmap 64 KiB (vs raw syscalls), 0 regions", x, y);
 
-	/* One region in the arena: its whole VMA is now watched. */
+	/* One region in the arena: its whole VMA is now watched (uffd). */
 	{
 		mrmgr_region_t *r;
 
@@ -188,8 +235,9 @@ static int child(const char *mode)
 			return 1;
 		mrmgr_put(r);
 	}
-	v = bench_dontneed(arena + big - PAGE, pairs / 4);
-	row(mode, "madvise(DONTNEED) 1 page, in a watched VMA", v, base_dn);
+	AB(bench_dontneed(arena + big - PAGE, n), bench_dontneed(plain + PAGE, n),
+	   pairs / 4, &x, &y);
+	row(mode, "madvise(DONTNEED) 1 page in a VMA holding a cached region", x, y);
 
 	for (long i = 1; i < nregions; i++) {
 		mrmgr_region_t *r;
@@ -199,18 +247,16 @@ static int child(const char *mode)
 			return 1;
 		mrmgr_put(r);
 	}
-	{
-		char label[80];
-
-		snprintf(label, sizeof(label), "mmap+munmap 64 KiB, cache with %ld regions",
-			 nregions);
-		row(mode, label, bench_pairs(), base_pair);
-	}
-	row(mode, "get+put hit", bench_hits(c, arena + PAGE, pairs * 5), 0);
+	snprintf(label, sizeof(label),
+		 "mmap+munmap 64 KiB (vs raw syscalls), %ld regions", nregions);
+	AB(bench_pairs(n, 0), bench_pairs(n, 1), pairs, &x, &y);
+	row(mode, label, x, y);
+	row(mode, "get+put hit", MEDIAN(bench_hits(c, arena + PAGE, n), pairs * 5), 0);
 	row(mode, "get+put hit after an event elsewhere (slow path)",
-	    bench_hits_after_event(c, arena + PAGE, arena + big - PAGE, pairs / 4), 0);
+	    MEDIAN(bench_hits_after_event(c, arena + PAGE, arena + big - PAGE, n),
+		   pairs / 4), 0);
 	row(mode, "munmap+mmap a cached page, then get it (re-register)",
-	    bench_recycle(c, plain, pairs / 10), 0);
+	    MEDIAN(bench_recycle(c, plain, n), pairs / 10), 0);
 	mrmgr_cache_query_monitor(c, &mi, sizeof(mi));
 	fprintf(stderr, "  [%s: %llu uffd events, %llu notifications, %llu regions "
 		"invalidated, %llu watched ranges in %llu runs]\n", mode,
@@ -220,15 +266,19 @@ static int child(const char *mode)
 	return 0;
 }
 
+/* Run one mode in a fresh process. */
 static int run(const char *self, const char *mode, const char *preload)
 {
-	pid_t pid = fork();
+	pid_t pid;
 	int st;
 
+	fflush(stdout);
+	pid = fork();
 	if (pid == 0) {
 		char p[32], r[32];
 
 		setenv("MRMGR_MONITOR", mode, 1);
+		setenv("MRMGR_LOG_LEVEL", "error", 0);
 		if (preload)
 			setenv("LD_PRELOAD", preload, 1);
 		snprintf(p, sizeof(p), "%ld", pairs);
@@ -254,6 +304,7 @@ int main(int argc, char **argv)
 			pairs = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--regions") && i + 1 < argc)
 			nregions = atol(argv[++i]);
+
 		else {
 			fprintf(stderr, "usage: %s [--pairs N] [--regions N]\n", argv[0]);
 			return 2;
@@ -277,7 +328,10 @@ int main(int argc, char **argv)
 		snprintf(hooks, sizeof(hooks), "libmrmgr_hooks.so.1");
 
 	printf("%ld mmap/munmap pairs per row, %ld cached regions; ns per "
-	       "operation; last column: added to the baseline\n\n", pairs, nregions);
+	       "operation (median of %d rounds); last column: added to the same "
+	       "calls through raw syscall() (pairs) or on an unwatched VMA "
+	       "(madvise), measured alternately in the same process\n\n",
+	       pairs, nregions, ROUNDS);
 	printf("| source | operation                                                  |    ns/op |   added |\n");
 	printf("|--------|------------------------------------------------------------|---------:|--------:|\n");
 	ret |= run(self, "none", NULL);
