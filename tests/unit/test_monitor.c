@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/userfaultfd.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -586,4 +587,40 @@ Test(precision, every_cache_sees_the_event)
 	fx_close(&f1);
 	fx_close(&f2);
 	munmap(p, LEN);
+}
+
+/* Private MAP_HUGETLB memory is watched (UFFD_FEATURE_WP_HUGETLBFS_SHMEM);
+ * needs free huge pages (e.g. echo 8 > /proc/sys/vm/nr_hugepages). */
+Test(hugetlb, private_huge_pages_unmap_and_map_again)
+{
+	const size_t huge = 2 * MiB;
+	struct fixture f;
+	mrmgr_region_t *r1, *r2;
+	char *p = mmap(NULL, huge, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+
+	if (p == MAP_FAILED)
+		cr_skip_test("no free 2 MiB huge pages");
+	need_identity();
+	memset(p, 1, huge);
+	fx_open(&f, NULL, &big);
+	cr_assert_eq(mrmgr_get(f.cache, p + PAGE, PAGE, RW, &r1), 0);
+	uint32_t key1 = mrmgr_region_rkey(r1);
+	int cached = sstats(f.ctx).live_mrs == 1;
+	mrmgr_put(r1);
+	if (uffd_on(f.cache) &&
+	    (minfo(f.cache).uffd_features & UFFD_FEATURE_WP_HUGETLBFS_SHMEM))
+		cr_assert(cached && sstats(f.ctx).live_mrs == 1,
+			  "private huge pages are watched, so cached");
+	cr_assert_eq(munmap(p, huge), 0);
+	cr_assert_eq(mmap(p, huge, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_FIXED_NOREPLACE,
+			  -1, 0), (void *)p);
+	memset(p, 2, huge);
+	cr_assert_eq(mrmgr_get(f.cache, p + PAGE, PAGE, RW, &r2), 0);
+	cr_assert_neq(mrmgr_region_rkey(r2), key1);
+	write_all(&f, r2, p + PAGE, PAGE, 'W', "huge page");
+	mrmgr_put(r2);
+	fx_close(&f);
+	munmap(p, huge);
 }
