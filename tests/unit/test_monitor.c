@@ -12,7 +12,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <linux/userfaultfd.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -21,7 +20,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "helpers.h"
+#include "monitor_helpers.h"
 
 #define LEN (64 * KiB)
 #define PAGE ((size_t)4096)
@@ -29,25 +28,6 @@
 static struct mrmgr_cache_attr big = {
 	.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES, .max_bytes = 1ull << 32,
 };
-
-static struct mrmgr_monitor_info minfo(mrmgr_cache_t *c)
-{
-	struct mrmgr_monitor_info m;
-
-	cr_assert_eq(mrmgr_cache_query_monitor(c, &m, sizeof(m)), 0);
-	return m;
-}
-
-static int uffd_on(mrmgr_cache_t *c)
-{
-	return !!(minfo(c).sources & MRMGR_MONITOR_SRC_UFFD);
-}
-
-static void need_identity(void)
-{
-	if (!mrmgr_sim_page_identity_available())
-		cr_skip_test("page identity needs /proc/self/pagemap PFNs (root)");
-}
 
 /* A write through r at every page of [p, p+len) must land in p. */
 static void write_all(struct fixture *f, mrmgr_region_t *r, char *p, size_t len,

@@ -8,17 +8,11 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <linux/userfaultfd.h>
 #include <malloc.h>
-#include <stddef.h>
-#include <sys/ioctl.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "helpers.h"
+#include "monitor_helpers.h"
 
 #define LEN (64 * KiB)
 #define PAGE ((size_t)4096)
@@ -29,18 +23,9 @@ static struct mrmgr_cache_attr hooks_only = {
 	.monitor = MRMGR_MONITOR_HOOKS,
 };
 
-static struct mrmgr_monitor_info minfo(mrmgr_cache_t *c)
-{
-	struct mrmgr_monitor_info m;
-
-	cr_assert_eq(mrmgr_cache_query_monitor(c, &m, sizeof(m)), 0);
-	return m;
-}
-
 static void open_hooks(struct fixture *f)
 {
-	if (!mrmgr_sim_page_identity_available())
-		cr_skip_test("page identity needs /proc/self/pagemap PFNs (root)");
+	need_identity();
 	fx_open(f, NULL, &hooks_only);
 	struct mrmgr_monitor_info m = minfo(f->cache);
 	cr_assert_eq(m.hooks_error, 0, "hooks: %s", strerror(m.hooks_error));
@@ -234,25 +219,12 @@ Test(hooks, raw_syscalls_are_invisible_to_hooks)
 /* Where userfaultfd is refused, auto mode falls back to the hooks. */
 Test(hooks, fallback_when_userfaultfd_is_refused)
 {
-	struct sock_filter prog[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_userfaultfd, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 3),
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)USERFAULTFD_IOC_NEW, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog fp = { .len = sizeof(prog) / sizeof(prog[0]), .filter = prog };
 	struct fixture f;
 	mrmgr_region_t *r1, *r2;
 	char *p = map_rw(LEN, 0);
 
-	if (!mrmgr_sim_page_identity_available())
-		cr_skip_test("page identity needs /proc/self/pagemap PFNs (root)");
-	cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-	cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp), 0);
+	need_identity();
+	refuse_userfaultfd();
 	fx_open(&f, NULL, NULL);
 	struct mrmgr_monitor_info m = minfo(f.cache);
 	cr_assert_eq(m.uffd_error, EPERM);

@@ -7,19 +7,12 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <linux/userfaultfd.h>
 #include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
-#include <sys/ioctl.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "helpers.h"
+#include "monitor_helpers.h"
 #include "monitor.h"
 
 #define LEN (64 * KiB)
@@ -33,14 +26,6 @@ static struct mrmgr_cache_attr attr_mode(uint32_t mode)
 		.monitor = mode,
 	};
 	return a;
-}
-
-static struct mrmgr_monitor_info minfo(mrmgr_cache_t *c)
-{
-	struct mrmgr_monitor_info m;
-
-	cr_assert_eq(mrmgr_cache_query_monitor(c, &m, sizeof(m)), 0);
-	return m;
 }
 
 static int write1(struct fixture *f, mrmgr_region_t *r, char *p, char b)
@@ -64,12 +49,6 @@ static int remap_get_write(struct fixture *f, char *p, mrmgr_region_t **out)
 	else
 		mrmgr_put(r);
 	return ret;
-}
-
-static void need_identity(void)
-{
-	if (!mrmgr_sim_page_identity_available())
-		cr_skip_test("page identity needs /proc/self/pagemap PFNs (root)");
 }
 
 /* ------------------------------------------------------------ external */
@@ -247,25 +226,6 @@ Test(no_source, userfaultfd_refused)
 	cr_assert_eq(minfo(f.cache).uffd_error, EPERM);
 	check_no_caching(&f);
 	fx_close(&f);
-}
-
-/* A container-like filter: userfaultfd(2) and /dev/userfaultfd refused. */
-static void refuse_userfaultfd(void)
-{
-	struct sock_filter prog[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_userfaultfd, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 3),
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)USERFAULTFD_IOC_NEW, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog fp = { .len = MRMGR__ARRAY_SIZE(prog), .filter = prog };
-
-	cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
-	cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp), 0);
 }
 
 Test(no_source, seccomp_refuses_userfaultfd)

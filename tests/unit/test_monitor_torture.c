@@ -15,7 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "helpers.h"
+#include "monitor_helpers.h"
 
 #define SLOTS 16
 #define SLOT_LEN (16 * KiB)
@@ -185,8 +185,7 @@ Test(torture, two_threads_100k_events, .timeout = 600)
 	uint64_t total = 0;
 	pthread_t th[2];
 
-	if (!mrmgr_sim_page_identity_available())
-		cr_skip_test("page identity needs /proc/self/pagemap PFNs (root)");
+	need_identity();
 	fx_open(&t.f, NULL, &a);
 	for (int i = 0; i < SLOTS; i++) {
 		pthread_mutex_init(&t.s[i].m, NULL);
