@@ -26,6 +26,11 @@
  *     consistent: either the hit sees the new state and backs off, or the
  *     remover sees the reference and leaves the region to its last put.
  *
+ * Memory events (monitor.h): a miss caches a range only once a source
+ * watches it; a hit first checks, with one load, that no event arrived
+ * since this cache last applied them, else takes the slow path, which
+ * applies them (detaching the regions they touch) before looking up.
+ *
  * LRU: hits only set a "used" flag on their own stripe; the eviction hand
  * gives used regions a second chance (CLOCK), so least-recently-used idle
  * regions go first without hits ever writing a shared list.
@@ -154,6 +159,7 @@ static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 	uint64_t len = mrmgr__region_len(r);
 	int ret;
 
+	mrmgr__mon_unwatch(c, r); /* a no-op unless grow.c held it out */
 	if (r->share) /* its MRs in other PDs, its share-set membership */
 		mrmgr__share_region_release(c, r);
 	/* A view borrows the implicit MR, which lives as long as the cache. */
@@ -180,13 +186,20 @@ static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 	c->free_list = r;
 }
 
-static void tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
+/* Out of the tree, still watched: grow.c works on it and publishes it. */
+static void tree_take(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	seq_write_begin(c);
 	mrmgr__itree_remove(&c->tree, &r->node);
 	seq_write_end(c);
 	lru_unlink(r);
 	c->ncached--;
+}
+
+static void tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	tree_take(c, r);
+	mrmgr__mon_unwatch(c, r);
 }
 
 /*
@@ -439,6 +452,7 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	int kind = MRMGR__REGION_PINNED;
 	struct ibv_mr *mr = NULL;
 	struct mrmgr_region *r;
+	struct mrmgr__watch_tx watch;
 	int ret;
 
 	if (cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE) &&
@@ -468,8 +482,11 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 			return ret;
 		}
 	}
+	/* Watched before it is pinned: a change from now on is reported.
+	 * What nothing watches is registered uncached. */
 	if (cacheable &&
-	    !make_room(c, kind == MRMGR__REGION_PINNED ? rl - rs + 1 : 0)) {
+	    (!make_room(c, kind == MRMGR__REGION_PINNED ? rl - rs + 1 : 0) ||
+	     mrmgr__mon_watch_begin(c, rs, rl, &watch))) {
 		cacheable = 0;
 		rs = start;
 		rl = last;
@@ -500,6 +517,8 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
 	}
 	if (ret) {
+		if (cacheable)
+			mrmgr__mon_watch_abort(c, &watch);
 		c->st.reg_failures++;
 		mrmgr__log(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
 							   : MRMGR_LOG_WARN,
@@ -513,6 +532,8 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 have_mr:
 	r = region_alloc(c);
 	if (!r) {
+		if (cacheable)
+			mrmgr__mon_watch_abort(c, &watch);
 		if (kind != MRMGR__REGION_VIEW) {
 			c->be->dereg_mr(mr);
 			c->st.deregistrations++;
@@ -554,9 +575,45 @@ have_mr:
 			c->st.make_before_break++;
 		c->st.merges++;
 	}
+	mrmgr__mon_watch_commit(c, &watch, r);
 	region_publish(c, r);
 	*out = r;
 	return 0;
+}
+
+/* ------------------------------------------------------------ invalidation */
+
+uint64_t mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
+					uint64_t last)
+{
+	struct mrmgr__itree_node *n;
+	uint64_t count = 0;
+
+	while ((n = mrmgr__itree_first_overlap(&c->tree, start, last))) {
+		struct mrmgr_region *r = node_region(n);
+
+		if (r->share) /* its exports are revoked */
+			mrmgr__share_invalidated(c, r);
+		region_detach(c, r);
+		c->st.invalidations++;
+		count++;
+	}
+	return count;
+}
+
+/* Apply the memory events that arrived since the last time; lock held. */
+static void apply_events(struct mrmgr_cache *c)
+{
+	uint64_t s, l;
+	int r;
+
+	mrmgr__mon_drain_begin(&c->mon);
+	while ((r = mrmgr__mon_drain_next(&c->mon, &s, &l)) > 0)
+		c->mon.invalidations += mrmgr__cache_invalidate_locked(c, s, l);
+	if (r < 0) /* fell behind the queue: anything may have changed */
+		c->mon.invalidations +=
+			mrmgr__cache_invalidate_locked(c, 0, UINT64_MAX);
+	mrmgr__mon_drain_end(&c->mon, &c->mon_seen);
 }
 
 /* ------------------------------------------------------------ public */
@@ -619,7 +676,8 @@ static int get(struct mrmgr_cache *c, void *addr, size_t length,
 	if (mrmgr__unlikely(c->flags & MRMGR__CACHE_MULTI_PD))
 		return mrmgr__multi_get(c, NULL, start, last, access, slot,
 					region);
-	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE))) {
+	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
+	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
 		r = try_hit(c, start, last, access, slot);
 		if (r) {
 			*region = r;
@@ -640,10 +698,14 @@ int mrmgr__cache_get_locked(struct mrmgr_cache *c, uint64_t start,
 			    unsigned int slot, unsigned int gflags,
 			    struct mrmgr_region **out)
 {
-	struct mrmgr_region *r = (c->flags & MRMGR_CACHE_DISABLE)
-					 ? NULL
-					 : lookup_locked(c, start, last, access);
+	struct mrmgr_region *r;
 
+	/* Reported memory events first: nothing they name may be found. */
+	if (!mrmgr__mon_quiet(&c->mon_seen))
+		apply_events(c);
+	r = (c->flags & MRMGR_CACHE_DISABLE)
+		    ? NULL
+		    : lookup_locked(c, start, last, access);
 	if (r) {
 		/* Another thread registered it meanwhile. */
 		__atomic_fetch_add(&r->stripes[slot].refs, 1, __ATOMIC_SEQ_CST);
@@ -724,20 +786,6 @@ MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *c, void *addr, size_t length)
 	return 0;
 }
 
-void mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
-				    uint64_t last)
-{
-	struct mrmgr__itree_node *n;
-
-	while ((n = mrmgr__itree_first_overlap(&c->tree, start, last))) {
-		struct mrmgr_region *r = node_region(n);
-
-		if (r->share) /* its exports are revoked */
-			mrmgr__share_invalidated(c, r);
-		region_detach(c, r);
-		c->st.invalidations++;
-	}
-}
 
 static unsigned int stripes_for_this_machine(void)
 {
@@ -817,6 +865,7 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 		    (unsigned long long)cfg.max_bytes,
 		    cfg.flags & MRMGR_CACHE_NO_MERGE ? "off" : "on",
 		    cfg.flags & MRMGR_CACHE_DISABLE ? "off" : "on");
+	mrmgr__mon_cache_init(c);
 	*cache = c;
 	return 0;
 }
@@ -870,6 +919,7 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 	}
 	mrmgr__odp_fini(c);
 	pthread_mutex_unlock(&c->lock);
+	mrmgr__mon_cache_fini(c);
 	for (size_t i = 0; i < c->nall; i++) {
 		mrmgr__share_region_free(c->all[i]);
 		free(c->all[i]);
@@ -908,12 +958,33 @@ int mrmgr__cache_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r)
 		mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 		return 0;
 	}
-	tree_remove(c, r);
+	/* It keeps its watch: the memory under its MR stays reported until
+	 * it is published again or released. */
+	tree_take(c, r);
 	return 1;
 }
 
 void mrmgr__cache_publish(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
+	struct mrmgr__watch_tx tx;
+
+	/*
+	 * grow.c may have changed the range: watch it as it is now before
+	 * the old watch goes, so the pages under the MR are never
+	 * unwatched. What cannot be watched leaves the cache, released at
+	 * its last put.
+	 */
+	if (mrmgr__mon_watch_begin(c, mrmgr__region_start(r), r->node.last,
+				   &tx)) {
+		mrmgr__mon_unwatch(c, r);
+		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
+		c->st.uncached++;
+		if (mrmgr__region_refs(r, c->nstripes) == 0)
+			region_release(c, r);
+		return;
+	}
+	mrmgr__mon_unwatch(c, r);
+	mrmgr__mon_watch_commit(c, &tx, r);
 	region_publish(c, r);
 }
 

@@ -18,6 +18,7 @@
 #include "compiler.h"
 #include "itree.h"
 #include "odp.h"
+#include "monitor.h"
 #include "region.h"
 
 struct mrmgr__share_cache;
@@ -33,6 +34,7 @@ struct mrmgr__cache_config {
 	uint64_t max_bytes;
 	uint64_t flags; /* enum mrmgr_cache_flags */
 	uint32_t odp_mode, odp_flags, odp_transports, odp_ops; /* odp.c */
+	uint32_t monitor; /* enum mrmgr_monitor_mode */
 };
 
 struct mrmgr_cache {
@@ -42,6 +44,7 @@ struct mrmgr_cache {
 	unsigned int nstripes;                   /* power of two */
 	unsigned int page_shift;
 	uint64_t flags;
+	uint64_t mon_seen;                       /* event word last drained */
 
 	/* Writer side: everything below is under lock. */
 	_Alignas(MRMGR__CACHELINE) pthread_mutex_t lock;
@@ -64,6 +67,7 @@ struct mrmgr_cache {
 	struct mrmgr__lru_link bufs;     /* buf.c: the cache's buffers */
 	struct mrmgr__share_cache *share; /* share.c: other PDs, exports;
 					   * NULL until needed */
+	struct mrmgr__mon_cache mon;     /* memory events (monitor.h) */
 
 	struct mrmgr__slot_stats *slots; /* nstripes of them */
 };
@@ -104,9 +108,10 @@ void mrmgr__cache_release(struct mrmgr_cache *c, struct mrmgr_region *r);
 /* Drop a reference on slot; release the region if that freed it. */
 void mrmgr__cache_unref_locked(struct mrmgr_cache *c, struct mrmgr_region *r,
 			       unsigned int slot);
-/* mrmgr_invalidate() of [start, last]. */
-void mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
-				    uint64_t last);
+/* mrmgr_invalidate() of [start, last]: detach every cached region that
+ * overlaps it. Returns how many. */
+uint64_t mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
+					uint64_t last);
 /*
  * Evict idle regions until regions more regions and bytes more bytes fit
  * the limits; 0 when they cannot.

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "monitor.h"
 #include "log.h"
 #include "share.h"
 
@@ -159,7 +160,8 @@ int mrmgr__multi_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 			   (void *)pd);
 		return EINVAL;
 	}
-	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE))) {
+	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
+	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
 		r = mrmgr__cache_try_hit(c, start, last, access, slot);
 		if (r && mrmgr__multi_mr(r, (size_t)i)) {
 			*out = r;

@@ -23,6 +23,7 @@
 
 #include "compiler.h"
 #include "itree.h"
+#include "monitor.h"
 
 struct mrmgr_cache;
 struct mrmgr__share;
@@ -36,6 +37,8 @@ enum mrmgr__region_state {
 	MRMGR__REGION_DETACHED,
 	/* On the free list. */
 	MRMGR__REGION_FREE,
+	/* A fork child's copy of a region its parent held: never released. */
+	MRMGR__REGION_ABANDONED,
 };
 
 /* What backs a region; set once when it is made. */
@@ -84,6 +87,8 @@ struct mrmgr_region {
 	struct mrmgr_region *free_next;
 	struct mrmgr__share *share;    /* share.c: its share set; NULL until
 					* needed, kept while the cache lives */
+	struct mrmgr__watch watch;     /* monitor registry entry (monitor.h) */
+	int watched;                   /* watch is in the registry */
 	/* nstripes entries follow; the header is padded to a line. */
 	struct mrmgr__ref_stripe stripes[];
 };

@@ -32,6 +32,36 @@
  * Cache hits take no lock that other hits contend on, allocate nothing and
  * make no system call.
  *
+ * @par Memory events: the guarantee
+ * @anchor monitor
+ * After a call that unmaps, remaps or discards memory returns (munmap(),
+ * mremap() moving or shrinking, mmap(MAP_FIXED) over it,
+ * madvise(MADV_DONTNEED, MADV_REMOVE or MADV_FREE), brk()/sbrk()
+ * shrinking, shmdt(), glibc free() of an mmap'd chunk or a heap trim, and
+ * the same operations issued with raw syscall()), no later mrmgr_get()
+ * from a thread that observes that return (the same thread, or one
+ * synchronised with it) returns a region whose pages are not the pages
+ * mapped now. Regions in use at that moment are detached and deregistered
+ * at their last mrmgr_put(); their holders' later accesses are their own
+ * business, but the cache never hands them out again.
+ * The cache learns of such changes from a memory-event source (enum
+ * mrmgr_monitor_mode): userfaultfd, libmrmgr_hooks.so, or the caller
+ * through mrmgr_notify_unmap() and mrmgr_invalidate(). Memory that no
+ * active source can watch (shared mappings, SysV shared memory, device
+ * memory, or everything when no source works in this process) is not
+ * cached. mrmgr_cache_query_monitor() tells which source is active and
+ * what it covered. Out of the guarantee: a thread that maps new memory at
+ * an address while another thread's unmapping call has not yet returned,
+ * and ::MRMGR_MONITOR_NONE.
+ *
+ * @par fork()
+ * A child never uses its parent's cached regions: at fork() every cache
+ * in the child forgets them (without deregistering: they belong to the
+ * parent) and starts empty. Where the parent's registrations do not
+ * survive the fork (ibv_is_fork_initialized() returns
+ * @c IBV_FORK_DISABLED, and the simulated HCA, which holds pages the way
+ * pre-5.9 kernels did), the parent's caches are purged too.
+ *
  * @par ABI
  * Handles are opaque. Attribute structs grow at their end and carry a
  * @c comp_mask: a field is read only when its bit is set, so a program built
@@ -80,6 +110,8 @@ enum mrmgr_cache_attr_mask {
 	 * @c odp_ops are set (on-demand paging, see enum mrmgr_odp_mode).
 	 */
 	MRMGR_CACHE_ATTR_ODP = 1u << 3,
+	/** mrmgr_cache_attr::monitor is set. */
+	MRMGR_CACHE_ATTR_MONITOR = 1u << 4,
 };
 
 /** Policy bits for mrmgr_cache_attr::flags. */
@@ -108,6 +140,37 @@ enum mrmgr_cache_flags {
 	 * rereg (rxe, siw).
 	 */
 	MRMGR_CACHE_NO_REREG = 1u << 3,
+};
+
+/**
+ * How a cache learns that memory under its registrations changed (see
+ * @ref monitor "the memory-event monitor" and doc/monitor.md).
+ */
+enum mrmgr_monitor_mode {
+	/**
+	 * The default: userfaultfd where the kernel allows it, else
+	 * libmrmgr_hooks.so when it is loaded. Regions that no active source
+	 * can watch are not cached: registered on get, deregistered at the
+	 * last put.
+	 */
+	MRMGR_MONITOR_AUTO = 0,
+	/** userfaultfd only; what it cannot watch is not cached. */
+	MRMGR_MONITOR_UFFD = 1,
+	/** libmrmgr_hooks.so only; what it cannot watch is not cached. */
+	MRMGR_MONITOR_HOOKS = 2,
+	/**
+	 * No automatic source: the caller promises to report every change
+	 * with mrmgr_notify_unmap() or mrmgr_invalidate() (MPI stacks and
+	 * allocators that already hook memory). Everything is cached.
+	 */
+	MRMGR_MONITOR_EXTERNAL = 3,
+	/**
+	 * No monitoring at all, everything cached: a stale registration can
+	 * be handed out after memory is unmapped and mapped again. Logged as
+	 * a warning; for measurements and for programs that never free
+	 * registered memory.
+	 */
+	MRMGR_MONITOR_NONE = 4,
 };
 
 /**
@@ -150,6 +213,11 @@ struct mrmgr_cache_attr {
 	 * READ.
 	 */
 	uint32_t odp_ops;
+	/**
+	 * enum mrmgr_monitor_mode (default ::MRMGR_MONITOR_AUTO). The
+	 * @c MRMGR_MONITOR environment variable overrides it.
+	 */
+	uint32_t monitor;
 };
 
 /**
@@ -290,6 +358,78 @@ MRMGR_EXPORT void mrmgr_put(mrmgr_region_t *region);
  */
 MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *cache, void *addr,
 				  size_t length);
+
+/**
+ * Report that @c [addr, addr+length) was unmapped, remapped or discarded,
+ * to every cache in the process (the range is widened to pages).
+ *
+ * For MPI stacks, allocators and memory hooks that already see such
+ * changes (and what libmrmgr_hooks.so calls). Call it after the change,
+ * before the memory can be used again. Async-signal-safe: it allocates
+ * nothing, takes no lock and logs nothing, so it may be called from
+ * inside malloc(), a memory hook or a signal handler. Events go through a
+ * bounded lock-free queue; caches apply them at their next mrmgr_get()
+ * that misses the fast path. When the queue overflows, the caches that
+ * fell behind invalidate everything they hold.
+ *
+ * @return 0, or @c EINVAL for zero length or a range that wraps around
+ *         (no log line: see above).
+ */
+MRMGR_EXPORT int mrmgr_notify_unmap(void *addr, size_t length);
+
+/** Bits of mrmgr_monitor_info::sources. */
+enum mrmgr_monitor_source {
+	MRMGR_MONITOR_SRC_UFFD = 1u << 0,     /**< userfaultfd is running */
+	MRMGR_MONITOR_SRC_HOOKS = 1u << 1,    /**< libmrmgr_hooks.so passed its self-test */
+	MRMGR_MONITOR_SRC_EXTERNAL = 1u << 2, /**< the cache trusts mrmgr_notify_unmap() */
+};
+
+/** Bits of mrmgr_monitor_info::uffd_flags. */
+enum mrmgr_monitor_uffd_flags {
+	/** Opened with UFFD_USER_MODE_ONLY (unprivileged process). */
+	MRMGR_MONITOR_UFFD_USER_MODE_ONLY = 1u << 0,
+	/** Opened through /dev/userfaultfd (the system call was refused). */
+	MRMGR_MONITOR_UFFD_DEVICE = 1u << 1,
+	/** Ranges are queried with PROCMAP_QUERY (Linux 6.11), not /proc/self/maps. */
+	MRMGR_MONITOR_UFFD_PROCMAP_QUERY = 1u << 2,
+};
+
+/**
+ * What watches a cache's memory, and what it did. Fields are only ever
+ * added at the end; pass @c sizeof(struct mrmgr_monitor_info) as you know
+ * it. "Process" fields are shared by every cache of the process.
+ */
+struct mrmgr_monitor_info {
+	uint32_t mode;            /**< enum mrmgr_monitor_mode in force for this cache */
+	uint32_t sources;         /**< enum mrmgr_monitor_source bits that cover this cache now */
+	int32_t uffd_error;       /**< process: why userfaultfd is not running (errno), 0 when it is or was not tried */
+	int32_t hooks_error;      /**< process: why the hooks are not used (errno; ENOENT: not loaded), 0 when they are */
+	uint32_t uffd_flags;      /**< process: enum mrmgr_monitor_uffd_flags */
+	int32_t fork_status;      /**< ibv_is_fork_initialized() for this cache (-1: simulated HCA) */
+	uint64_t uffd_features;   /**< process: UFFD_FEATURE_* bits negotiated */
+	uint64_t uffd_events;     /**< process: unmap/remove/remap events read from the kernel */
+	uint64_t notify_events;   /**< process: mrmgr_notify_unmap() calls that reached the queue */
+	uint64_t watched_ranges;  /**< process: ranges registered with userfaultfd now */
+	uint64_t watched_runs;    /**< process: disjoint runs of those (each may split a VMA in three) */
+	uint64_t watch_budget;    /**< process: most runs allowed (from vm.max_map_count) */
+	uint64_t events;          /**< events this cache applied */
+	uint64_t invalidations;   /**< regions this cache invalidated because of events */
+	uint64_t overflows;       /**< times this cache fell behind the queue and invalidated everything */
+	uint64_t unwatched;       /**< gets served uncached because no source could watch the range */
+	uint64_t fork_purges;     /**< times a fork() purged this cache (in this process) */
+};
+
+/**
+ * Report which memory-event sources cover a cache and what they did.
+ *
+ * @param cache  the cache.
+ * @param info   receives at most @p size bytes of struct mrmgr_monitor_info.
+ * @param size   @c sizeof(struct mrmgr_monitor_info) as the caller was built.
+ * @return 0, or @c EINVAL for NULL pointers or a size of 0.
+ */
+MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *cache,
+					   struct mrmgr_monitor_info *info,
+					   size_t size);
 
 /** The registered MR of a region; valid until the matching mrmgr_put(). */
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr(const mrmgr_region_t *region);

@@ -19,8 +19,15 @@
 #define OFF (64 * KiB)
 #define LEN (64 * KiB)
 
+/*
+ * Aliases need shared (memfd) memory, which no automatic memory-event
+ * source can vouch for (another process may change it): such a cache
+ * must be told of changes by the application (external monitoring), or
+ * the region is not cached and cannot be aliased.
+ */
 static struct mrmgr_cache_attr big = {
-	.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES, .max_bytes = 1ull << 32,
+	.comp_mask = MRMGR_CACHE_ATTR_MONITOR | MRMGR_CACHE_ATTR_MAX_BYTES, .max_bytes = 1ull << 32,
+	.monitor = MRMGR_MONITOR_EXTERNAL,
 };
 
 struct shm {
