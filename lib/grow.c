@@ -212,6 +212,7 @@ static int blocker(struct mrmgr_cache *c, const struct mrmgr_region *r)
 {
 	if (c->cfg.flags & (MRMGR_CACHE_NO_REREG | MRMGR_CACHE_DISABLE))
 		return BLOCK_POLICY;
+
 	if (!device_can_rereg(c))
 		return BLOCK_UNSUPPORTED;
 	if (r->flags & (MRMGR__REGION_SHARED | MRMGR__REGION_PEER))

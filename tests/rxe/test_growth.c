@@ -24,6 +24,17 @@
 
 #include "cache_helpers.h"
 
+/*
+ * These tests measure growth (headroom, rereg fallback) on the device;
+ * headroom is on only where the program reports memory changes itself
+ * (see lib/headroom.c), so the caches here run with external monitoring.
+ * Set before Criterion forks its workers.
+ */
+__attribute__((constructor)) static void growth_monitor_external(void)
+{
+	setenv("MRMGR_MONITOR", "external", 0);
+}
+
 #define PG (4 * RDMA_KiB)
 #define LW IBV_ACCESS_LOCAL_WRITE
 

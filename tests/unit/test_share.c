@@ -251,7 +251,13 @@ Test(share, growth_of_an_exported_region_makes_before_breaking_and_leaves_the_se
 	mrmgr_importer_t *imp = NULL;
 	char *buf = map_rw(256 * KiB, 0);
 
-	fx_open(&f, NULL, &big);
+	/* External monitoring: then a get's growth may rereg in place
+	 * (grow.c), which is what this test watches for. */
+	struct mrmgr_cache_attr ext = big;
+
+	ext.comp_mask |= MRMGR_CACHE_ATTR_MONITOR;
+	ext.monitor = MRMGR_MONITOR_EXTERNAL;
+	fx_open(&f, NULL, &ext);
 	cr_assert_eq(mrmgr_get(f.cache, buf, 16 * KiB, RW, &r), 0);
 	cr_assert_eq(mrmgr_region_export(r, NULL, &e), 0);
 	mrmgr_import_t *im = import_here(e, &imp);
