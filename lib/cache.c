@@ -33,6 +33,12 @@
  *     leaves the region to its last put. A put is "subtract from my word
  *     and look": the last put of a region marked not live sees the mark.
  *
+ * Memory events (monitor.h): a miss caches a range only once a source
+ * watches it; a hit (fast_hit() and try_hit()'s callers) first checks,
+ * with one load, that no event arrived since this cache last applied
+ * them, else takes the slow path, which applies them (detaching the
+ * regions they touch) before looking up.
+ *
  * LRU: hits only set a "used" bit in their own reference word; the
  * eviction hand (evict.c) gives used regions a second chance (CLOCK), so
  * least-recently-used idle regions go first without hits ever writing a
@@ -53,6 +59,7 @@
 #include "evict.h"
 #include "grow.h"
 #include "log.h"
+#include "share.h"
 
 #define HIT_ATTEMPTS 4
 #define HIT_MAX_STEPS 256
@@ -133,7 +140,7 @@ static struct mrmgr_region *region_alloc(struct mrmgr_cache *c)
 		/* Stripes are left as they are: a stale reader may still
 		 * hold a transient reference it is about to drop. */
 		c->free_list = r->free_next;
-		return r;
+		goto got;
 	}
 	if (c->nall == c->all_cap) {
 		size_t cap = c->all_cap ? c->all_cap * 2 : 64;
@@ -150,6 +157,13 @@ static struct mrmgr_region *region_alloc(struct mrmgr_cache *c)
 	r->cache = c;
 	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
 	c->all[c->nall++] = r;
+got:
+	/* A multi-PD region needs its per-PD MR table before it is used. */
+	if ((c->flags & MRMGR__CACHE_MULTI_PD) && mrmgr__share_get(c, r)) {
+		r->free_next = c->free_list;
+		c->free_list = r;
+		return NULL;
+	}
 	return r;
 }
 
@@ -157,8 +171,13 @@ static struct mrmgr_region *region_alloc(struct mrmgr_cache *c)
 static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	uint64_t len = mrmgr__region_len(r);
+	int ret;
+
+	mrmgr__mon_unwatch(c, r); /* a no-op unless grow.c held it out */
+	if (r->share) /* its MRs in other PDs, its share-set membership */
+		mrmgr__share_region_release(c, r);
 	/* A view borrows the implicit MR, which lives as long as the cache. */
-	int ret = r->kind == MRMGR__REGION_VIEW ? 0 : c->be->dereg_mr(r->mr);
+	ret = r->kind == MRMGR__REGION_VIEW ? 0 : c->be->dereg_mr(r->mr);
 
 	if (ret)
 		mrmgr__err("deregistering [%#llx, +%llu) failed: %s; the MR is "
@@ -181,7 +200,8 @@ static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 	c->free_list = r;
 }
 
-static void tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
+/* Out of the tree, still watched: grow.c works on it and publishes it. */
+static void tree_take(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	seq_write_begin(c);
 	mrmgr__lookup_remove(c, r);
@@ -189,6 +209,12 @@ static void tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 	seq_write_end(c);
 	lru_unlink(r);
 	c->ncached--;
+}
+
+static void tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	tree_take(c, r);
+	mrmgr__mon_unwatch(c, r);
 }
 
 /*
@@ -505,6 +531,7 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	int kind = MRMGR__REGION_PINNED;
 	struct ibv_mr *mr = NULL;
 	struct mrmgr_region *r;
+	struct mrmgr__watch_tx watch;
 	int ret;
 
 	if (cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE) &&
@@ -534,8 +561,11 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 			return ret;
 		}
 	}
+	/* Watched before it is pinned: a change from now on is reported.
+	 * What nothing watches is registered uncached. */
 	if (cacheable &&
-	    !make_room(c, kind == MRMGR__REGION_PINNED ? rl - rs + 1 : 0)) {
+	    (!make_room(c, kind == MRMGR__REGION_PINNED ? rl - rs + 1 : 0) ||
+	     mrmgr__mon_watch_begin(c, rs, rl, &watch))) {
 		cacheable = 0;
 		rs = start;
 		rl = last;
@@ -566,6 +596,8 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
 	}
 	if (ret) {
+		if (cacheable)
+			mrmgr__mon_watch_abort(c, &watch);
 		c->st.reg_failures++;
 		mrmgr__log(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
 							   : MRMGR_LOG_WARN,
@@ -579,6 +611,8 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 have_mr:
 	r = region_alloc(c);
 	if (!r) {
+		if (cacheable)
+			mrmgr__mon_watch_abort(c, &watch);
 		if (kind != MRMGR__REGION_VIEW) {
 			c->be->dereg_mr(mr);
 			c->st.deregistrations++;
@@ -589,6 +623,8 @@ have_mr:
 	r->mr = mr;
 	r->kind = kind;
 	r->flags = 0;
+	if (c->flags & MRMGR__CACHE_MULTI_PD) /* r->mr is in c->pd's slot */
+		mrmgr__share_region_new(c, r);
 	r->gen = ++c->next_gen;
 	/* A stale reader may still look at a recycled region. */
 	MRMGR__WRITE_ONCE(r->node.start, rs);
@@ -618,9 +654,45 @@ have_mr:
 			c->st.make_before_break++;
 		c->st.merges++;
 	}
+	mrmgr__mon_watch_commit(c, &watch, r);
 	region_publish(c, r);
 	*out = r;
 	return 0;
+}
+
+/* ------------------------------------------------------------ invalidation */
+
+uint64_t mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
+					uint64_t last)
+{
+	struct mrmgr__itree_node *n;
+	uint64_t count = 0;
+
+	while ((n = mrmgr__itree_first_overlap(&c->tree, start, last))) {
+		struct mrmgr_region *r = node_region(n);
+
+		if (r->share) /* its exports are revoked */
+			mrmgr__share_invalidated(c, r);
+		region_detach(c, r);
+		c->st.invalidations++;
+		count++;
+	}
+	return count;
+}
+
+/* Apply the memory events that arrived since the last time; lock held. */
+static void apply_events(struct mrmgr_cache *c)
+{
+	uint64_t s, l;
+	int r;
+
+	mrmgr__mon_drain_begin(&c->mon);
+	while ((r = mrmgr__mon_drain_next(&c->mon, &s, &l)) > 0)
+		c->mon.invalidations += mrmgr__cache_invalidate_locked(c, s, l);
+	if (r < 0) /* fell behind the queue: anything may have changed */
+		c->mon.invalidations +=
+			mrmgr__cache_invalidate_locked(c, 0, UINT64_MAX);
+	mrmgr__mon_drain_end(&c->mon, &c->mon_seen);
 }
 
 /* ------------------------------------------------------------ public */
@@ -680,7 +752,11 @@ static int get(struct mrmgr_cache *c, void *addr, size_t length,
 		return ret;
 
 	slot = mrmgr__thread_slot() & (c->nstripes - 1);
-	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE))) {
+	if (mrmgr__unlikely(c->flags & MRMGR__CACHE_MULTI_PD))
+		return mrmgr__multi_get(c, NULL, start, last, access, slot,
+					region);
+	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
+	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
 		r = try_hit(c, start, last, access, slot);
 		if (r) {
 			*region = r;
@@ -701,10 +777,14 @@ int mrmgr__cache_get_locked(struct mrmgr_cache *c, uint64_t start,
 			    unsigned int slot, unsigned int gflags,
 			    struct mrmgr_region **out)
 {
-	struct mrmgr_region *r = (c->flags & MRMGR_CACHE_DISABLE)
-					 ? NULL
-					 : lookup_locked(c, start, last, access);
+	struct mrmgr_region *r;
 
+	/* Reported memory events first: nothing they name may be found. */
+	if (!mrmgr__mon_quiet(&c->mon_seen))
+		apply_events(c);
+	r = (c->flags & MRMGR_CACHE_DISABLE)
+		    ? NULL
+		    : lookup_locked(c, start, last, access);
 	if (r) {
 		/* Another thread registered it meanwhile. */
 		mark_used(r, slot, mrmgr__ref_take(r, slot));
@@ -743,15 +823,19 @@ fast_hit(struct mrmgr_cache *c, uintptr_t a, size_t length,
 	 * REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE: access values
 	 * 2, 6, 8, 10, 12 and 14 of the low four bits are bad); an index
 	 * (a cache with MRMGR_CACHE_DISABLE never has one: nothing is
-	 * cached); no tree change under way; no hint to give after a hit.
+	 * cached); no tree change under way; no hint to give after a hit;
+	 * not a multi-PD cache (multipd.c's get finds the PD's MR); no
+	 * memory event pending (get_locked() applies them first).
 	 */
-	_Static_assert(MRMGR__CACHE_AUTO_PREFETCH == UINT64_C(1) << 63,
-		       "the sign bit of flags");
+	_Static_assert(MRMGR__CACHE_AUTO_PREFETCH == UINT64_C(1) << 63 &&
+			       MRMGR__CACHE_MULTI_PD == UINT64_C(1) << 62,
+		       "the top two bits of flags");
 	if (mrmgr__unlikely(!a) || mrmgr__unlikely(end < a) ||
 	    mrmgr__unlikely(access & ~(unsigned int)KNOWN_ACCESS) ||
 	    mrmgr__unlikely((0x55445544u >> (access & 31)) & 1) ||
 	    mrmgr__unlikely(!t) || mrmgr__unlikely(seq & 1) ||
-	    mrmgr__unlikely((int64_t)c->flags < 0))
+	    mrmgr__unlikely(c->flags >> 62) ||
+	    mrmgr__unlikely(!mrmgr__mon_quiet(&c->mon_seen)))
 		return NULL;
 	r = mrmgr__lookup_fast(t, a, a >> c->page_shift, end >> c->page_shift,
 			       (access | access >> 15) & MRMGR__LK_TAG_ACCESS);
@@ -896,16 +980,6 @@ MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *c, void *addr, size_t length)
 	return 0;
 }
 
-void mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
-				    uint64_t last)
-{
-	struct mrmgr__itree_node *n;
-
-	while ((n = mrmgr__itree_first_overlap(&c->tree, start, last))) {
-		region_detach(c, node_region(n));
-		c->st.invalidations++;
-	}
-}
 
 MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 				    const struct mrmgr_cache_attr *attr,
@@ -963,6 +1037,7 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 		    (unsigned long long)cfg.max_bytes,
 		    cfg.flags & MRMGR_CACHE_NO_MERGE ? "off" : "on",
 		    cfg.flags & MRMGR_CACHE_DISABLE ? "off" : "on");
+	mrmgr__mon_cache_init(c);
 	*cache = c;
 	return 0;
 }
@@ -970,7 +1045,9 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 /* Regions referenced by callers now. O(n): stats and teardown only. */
 uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c)
 {
-	uint64_t n = c->nregions - c->ncached; /* detached ones are held */
+	/* Detached ones are held; nregions also counts the MRs multi-PD
+	 * regions have in their other PDs. */
+	uint64_t n = c->nregions - c->st.share_pd_mrs - c->ncached;
 
 	for (struct mrmgr__lru_link *l = c->lru.next; l != &c->lru; l = l->next)
 		if (mrmgr__region_refs(lru_region(l), c->nstripes) != 0)
@@ -981,17 +1058,22 @@ uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c)
 	return n;
 }
 
-MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
+static int destroy(struct mrmgr_cache *c, uint64_t flags)
 {
 	uint64_t busy;
 
-	if (!c) {
-		mrmgr__err("mrmgr_cache_destroy: NULL cache");
+	if (!c || (flags & ~(uint64_t)MRMGR_DESTROY_FORCE)) {
+		mrmgr__err("mrmgr_cache_destroy: %s", !c ? "NULL cache"
+							 : "unknown flags");
 		return EINVAL;
 	}
 	pthread_mutex_lock(&c->lock);
+	if ((flags & MRMGR_DESTROY_FORCE) && c->share)
+		mrmgr__share_force(c); /* exports give up their pins */
 	busy = mrmgr__cache_regions_in_use(c);
 	if (busy) {
+		if (c->share)
+			mrmgr__share_report_busy(c);
 		pthread_mutex_unlock(&c->lock);
 		mrmgr__err("mrmgr_cache_destroy: %llu regions are still held; "
 			   "put them first", (unsigned long long)busy);
@@ -1013,12 +1095,27 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
 	}
 	mrmgr__odp_fini(c);
 	pthread_mutex_unlock(&c->lock);
+	mrmgr__mon_cache_fini(c);
 	mrmgr__lookup_fini(c);
+	/* The regions' memory is their slabs'; their share state is not. */
+	for (size_t i = 0; i < c->nall; i++)
+		mrmgr__share_region_free(c->all[i]);
+	mrmgr__share_cache_free(c);
 	mrmgr__region_slabs_free(&c->rslabs);
 	free(c->all);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
+{
+	return destroy(c, 0);
+}
+
+MRMGR_EXPORT int mrmgr_cache_destroy_ex(mrmgr_cache_t *c, uint64_t flags)
+{
+	return destroy(c, flags);
 }
 
 /* ------------------------------------------------ for grow.c and buf.c */
@@ -1037,12 +1134,33 @@ int mrmgr__cache_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r)
 		mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 		return 0;
 	}
-	tree_remove(c, r);
+	/* It keeps its watch: the memory under its MR stays reported until
+	 * it is published again or released. */
+	tree_take(c, r);
 	return 1;
 }
 
 void mrmgr__cache_publish(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
+	struct mrmgr__watch_tx tx;
+
+	/*
+	 * grow.c may have changed the range: watch it as it is now before
+	 * the old watch goes, so the pages under the MR are never
+	 * unwatched. What cannot be watched leaves the cache, released at
+	 * its last put.
+	 */
+	if (mrmgr__mon_watch_begin(c, mrmgr__region_start(r), r->node.last,
+				   &tx)) {
+		mrmgr__mon_unwatch(c, r);
+		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
+		c->st.uncached++;
+		if (mrmgr__region_refs(r, c->nstripes) == 0)
+			region_release(c, r);
+		return;
+	}
+	mrmgr__mon_unwatch(c, r);
+	mrmgr__mon_watch_commit(c, &tx, r);
 	region_publish(c, r);
 }
 
@@ -1101,4 +1219,27 @@ void mrmgr__cache_each_cached(struct mrmgr_cache *c,
 int mrmgr__cache_check_access(const char *fn, unsigned int access)
 {
 	return check_access(fn, access);
+}
+
+int mrmgr__cache_check_request(const char *fn, const struct mrmgr_cache *c,
+			       const void *addr, size_t length,
+			       unsigned int access, uint64_t *start,
+			       uint64_t *last)
+{
+	int ret = check_range(fn, addr, length,
+			      ((uint64_t)1 << c->page_shift) - 1, start, last);
+
+	return ret ? ret : check_access(fn, access);
+}
+
+struct mrmgr_region *mrmgr__cache_try_hit(struct mrmgr_cache *c, uint64_t start,
+					  uint64_t last, unsigned int access,
+					  unsigned int slot)
+{
+	return try_hit(c, start, last, access, slot);
+}
+
+void mrmgr__cache_evict_all_idle(struct mrmgr_cache *c)
+{
+	evict_all_idle(c);
 }

@@ -20,7 +20,10 @@
 #include "itree.h"
 #include "lookup.h"
 #include "odp.h"
+#include "monitor.h"
 #include "region.h"
+
+struct mrmgr__share_cache;
 
 /* Effective settings after attr and environment. */
 struct mrmgr__cache_config {
@@ -28,6 +31,7 @@ struct mrmgr__cache_config {
 	uint64_t max_bytes;
 	uint64_t flags; /* enum mrmgr_cache_flags */
 	uint32_t odp_mode, odp_flags, odp_transports, odp_ops; /* odp.c */
+	uint32_t monitor; /* enum mrmgr_monitor_mode */
 };
 
 struct mrmgr_cache {
@@ -39,6 +43,7 @@ struct mrmgr_cache {
 	uint64_t flags;
 	struct mrmgr__lk_table *lk;              /* the tree's index (lookup.h);
 						  * NULL: walk the tree */
+	uint64_t mon_seen;                       /* event word last drained */
 
 	/* Writer side: everything below is under lock. */
 	_Alignas(MRMGR__CACHELINE) pthread_mutex_t lock;
@@ -63,6 +68,9 @@ struct mrmgr_cache {
 	int rereg;                       /* grow.c: enum mrmgr__rereg_verdict */
 	struct mrmgr__lru_link bufs;     /* buf.c: the cache's buffers */
 	struct mrmgr__lookup lookup;     /* lookup.c: the index's writer side */
+	struct mrmgr__share_cache *share; /* share.c: other PDs, exports;
+					   * NULL until needed */
+	struct mrmgr__mon_cache mon;     /* memory events (monitor.h) */
 };
 
 /* A put found its region not live: release it if that was the last user. */
@@ -101,9 +109,10 @@ void mrmgr__cache_release(struct mrmgr_cache *c, struct mrmgr_region *r);
 /* Drop a reference on slot; release the region if that freed it. */
 void mrmgr__cache_unref_locked(struct mrmgr_cache *c, struct mrmgr_region *r,
 			       unsigned int slot);
-/* mrmgr_invalidate() of [start, last]. */
-void mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
-				    uint64_t last);
+/* mrmgr_invalidate() of [start, last]: detach every cached region that
+ * overlaps it. Returns how many. */
+uint64_t mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
+					uint64_t last);
 /*
  * Evict idle regions until regions more regions and bytes more bytes fit
  * the limits; 0 when they cannot.
@@ -120,5 +129,21 @@ void mrmgr__cache_each_cached(struct mrmgr_cache *c,
 			      void *arg);
 /* mrmgr_get()'s access check (EINVAL and a log line). */
 int mrmgr__cache_check_access(const char *fn, unsigned int access);
+
+/*
+ * For multipd.c and share.c.
+ */
+/* mrmgr_get()'s checks of a request: EINVAL and a log line, or 0 and the
+ * page-aligned [*start, *last]. No lock. */
+int mrmgr__cache_check_request(const char *fn, const struct mrmgr_cache *c,
+			       const void *addr, size_t length,
+			       unsigned int access, uint64_t *start,
+			       uint64_t *last);
+/* The lock-free hit path: a region referenced on slot, or NULL. */
+struct mrmgr_region *mrmgr__cache_try_hit(struct mrmgr_cache *c, uint64_t start,
+					  uint64_t last, unsigned int access,
+					  unsigned int slot);
+/* Evict every idle region (before retrying an ENOMEM registration). */
+void mrmgr__cache_evict_all_idle(struct mrmgr_cache *c);
 
 #endif /* MRMGR__CACHE_H */

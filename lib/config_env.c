@@ -19,7 +19,8 @@
 
 #define KNOWN_ATTR_MASK                                                   \
 	(MRMGR_CACHE_ATTR_MAX_REGIONS | MRMGR_CACHE_ATTR_MAX_BYTES |       \
-	 MRMGR_CACHE_ATTR_FLAGS | MRMGR_CACHE_ATTR_ODP)
+	 MRMGR_CACHE_ATTR_FLAGS | MRMGR_CACHE_ATTR_ODP |                  \
+	 MRMGR_CACHE_ATTR_MONITOR)
 #define KNOWN_FLAGS                                                       \
 	(MRMGR_CACHE_NO_MERGE | MRMGR_CACHE_DISABLE |                      \
 	 MRMGR_CACHE_NO_HEADROOM | MRMGR_CACHE_NO_REREG)
@@ -135,6 +136,30 @@ static int odp_attr(struct mrmgr__cache_config *cfg,
 	return 0;
 }
 
+/* MRMGR_MONITOR: auto, uffd, hooks, external, none (or off). */
+static int env_monitor(uint32_t *out)
+{
+	static const char *const names[] = { "auto", "uffd", "hooks",
+					     "external", "none" };
+	const char *s = getenv("MRMGR_MONITOR");
+
+	if (!s)
+		return 0;
+	for (uint32_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (!strcasecmp(s, names[i])) {
+			*out = i;
+			return 1;
+		}
+	}
+	if (!strcasecmp(s, "off") || !strcmp(s, "0")) {
+		*out = MRMGR_MONITOR_NONE;
+		return 1;
+	}
+	mrmgr__warn("ignoring MRMGR_MONITOR=\"%s\": expected auto, uffd, "
+		    "hooks, external or none", s);
+	return 0;
+}
+
 static uint64_t default_max_bytes(const struct mrmgr__dev_caps *caps)
 {
 	struct rlimit rl;
@@ -183,6 +208,14 @@ int mrmgr__cache_config_resolve(struct mrmgr__cache_config *cfg,
 		if ((attr->comp_mask & MRMGR_CACHE_ATTR_ODP) &&
 		    odp_attr(cfg, attr))
 			return EINVAL;
+		if (attr->comp_mask & MRMGR_CACHE_ATTR_MONITOR) {
+			if (attr->monitor > MRMGR_MONITOR_NONE) {
+				mrmgr__err("cache attr: unknown monitor mode %u",
+					   attr->monitor);
+				return EINVAL;
+			}
+			cfg->monitor = attr->monitor;
+		}
 	}
 
 	if (env_size("MRMGR_MAX_REGIONS", &v))
@@ -192,6 +225,7 @@ int mrmgr__cache_config_resolve(struct mrmgr__cache_config *cfg,
 	if (env_bool("MRMGR_MERGE", &b))
 		cfg->flags = b ? cfg->flags & ~(uint64_t)MRMGR_CACHE_NO_MERGE
 			       : cfg->flags | MRMGR_CACHE_NO_MERGE;
+	env_monitor(&cfg->monitor);
 	if (env_bool("MRMGR_CACHE", &b))
 		cfg->flags = b ? cfg->flags & ~(uint64_t)MRMGR_CACHE_DISABLE
 			       : cfg->flags | MRMGR_CACHE_DISABLE;

@@ -76,7 +76,8 @@ static int consider(struct pick *p, struct mrmgr_region *r)
 	uint64_t b = mrmgr__evict_bytes(r);
 
 	if (!p->shortfall) {
-		p->fit = r;
+		if (!p->fit) /* the oldest: plain CLOCK order */
+			p->fit = r;
 		return 1;
 	}
 	if (b >= p->shortfall) {
@@ -125,6 +126,10 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 		if (mrmgr__region_take_used(r, c->nstripes)) {
 			r->spared = round; /* a second chance */
 			move_to_back(&c->lru, r);
+			/* It was the last: the hand comes to it again (as
+			 * spared), so a lone used region can still go. */
+			if (l == &c->lru)
+				l = &r->lru;
 		} else if (r->spared == round) {
 			consider(&spared, r);
 		} else if (consider(&p, r)) {

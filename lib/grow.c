@@ -39,8 +39,10 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "monitor.h"
 #include "grow.h"
 #include "log.h"
+#include "share.h"
 
 #define REREG_TRANS IBV_REREG_MR_CHANGE_TRANSLATION
 #define REREG_PD IBV_REREG_MR_CHANGE_PD
@@ -210,6 +212,7 @@ static int blocker(struct mrmgr_cache *c, const struct mrmgr_region *r)
 {
 	if (c->cfg.flags & (MRMGR_CACHE_NO_REREG | MRMGR_CACHE_DISABLE))
 		return BLOCK_POLICY;
+
 	if (!device_can_rereg(c))
 		return BLOCK_UNSUPPORTED;
 	if (r->flags & (MRMGR__REGION_SHARED | MRMGR__REGION_PEER))
@@ -266,7 +269,13 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 	uint64_t old_len = mrmgr__region_len(r);
 	int trans = flags & REREG_TRANS;
 	int err = 0, code;
+	struct mrmgr__watch_tx tx;
 
+	/* A new translation pins the new range: watch it first, as a miss
+	 * does, so a change to it from now on is reported. Unwatchable: no
+	 * in-place growth; the merge path registers it uncached. */
+	if (trans && mrmgr__mon_watch_begin(c, start, start + len - 1, &tx))
+		return REREG_KEPT;
 	c->st.rereg_attempts++;
 	code = c->be->rereg_mr(mr, flags, (flags & REREG_PD) ? pd : mr->pd,
 			       trans ? (void *)(uintptr_t)start : mr->addr,
@@ -301,9 +310,15 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 		}
 		MRMGR__WRITE_ONCE(r->access, access);
 		r->gen = ++c->next_gen;
+		if (trans) {
+			mrmgr__mon_unwatch(c, r);
+			mrmgr__mon_watch_commit(c, &tx, r);
+		}
 		return REREG_DONE;
 	case IBV_REREG_MR_ERR_INPUT:
 	case IBV_REREG_MR_ERR_DONT_FORK_NEW:
+		if (trans)
+			mrmgr__mon_watch_abort(c, &tx);
 		if (unsupported_errno(err)) {
 			mark_unsupported(c, err);
 			c->st.rereg_fallback_unsupported++;
@@ -315,6 +330,8 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 		}
 		return REREG_KEPT;
 	default:
+		if (trans)
+			mrmgr__mon_watch_abort(c, &tx);
 		if (unsupported_errno(err)) {
 			mark_unsupported(c, err);
 			c->st.rereg_fallback_unsupported++;
@@ -522,6 +539,10 @@ MRMGR_EXPORT int mrmgr_cache_move_pd(mrmgr_cache_t *c, struct ibv_pd *pd)
 	if (!c || !pd) {
 		mrmgr__err("mrmgr_cache_move_pd: NULL %s",
 			   !c ? "cache" : "protection domain");
+		return EINVAL;
+	}
+	if (c->flags & MRMGR__CACHE_MULTI_PD) {
+		mrmgr__err("mrmgr_cache_move_pd: a multi-PD cache cannot move");
 		return EINVAL;
 	}
 	pthread_mutex_lock(&c->lock);

@@ -14,6 +14,7 @@
 #include "cache.h"
 #include "pool.h"
 #include "region.h"
+#include "share.h"
 
 /*
  * Thread slots: the lowest free one of MAX_SLOTS is claimed on a thread's
@@ -256,17 +257,21 @@ int64_t mrmgr__region_refs(const struct mrmgr_region *r, unsigned int nstripes)
 
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr(const mrmgr_region_t *region)
 {
-	return region ? region->mr : NULL;
+	return region ? mrmgr__region_plain_mr(region) : NULL;
 }
 
 MRMGR_EXPORT uint32_t mrmgr_region_lkey(const mrmgr_region_t *region)
 {
-	return region ? region->mr->lkey : 0;
+	struct ibv_mr *mr = region ? mrmgr__region_plain_mr(region) : NULL;
+
+	return mr ? mr->lkey : 0;
 }
 
 MRMGR_EXPORT uint32_t mrmgr_region_rkey(const mrmgr_region_t *region)
 {
-	return region ? region->mr->rkey : 0;
+	struct ibv_mr *mr = region ? mrmgr__region_plain_mr(region) : NULL;
+
+	return mr ? mr->rkey : 0;
 }
 
 MRMGR_EXPORT void *mrmgr_region_addr(const mrmgr_region_t *region)

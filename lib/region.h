@@ -33,8 +33,10 @@
 
 #include "compiler.h"
 #include "itree.h"
+#include "monitor.h"
 
 struct mrmgr_cache;
+struct mrmgr__share;
 
 enum mrmgr__region_state {
 	/* In the tree and on the LRU: hits may take it. */
@@ -45,6 +47,8 @@ enum mrmgr__region_state {
 	MRMGR__REGION_DETACHED,
 	/* On the free list. */
 	MRMGR__REGION_FREE,
+	/* A fork child's copy of a region its parent held: never released. */
+	MRMGR__REGION_ABANDONED,
 };
 
 /* What backs a region; set once when it is made. */
@@ -119,6 +123,10 @@ struct mrmgr_region {
 	struct mrmgr_region *free_next;
 	uint32_t spared;               /* evict.c: round of its last second
 					* chance */
+	struct mrmgr__share *share;    /* share.c: its share set; NULL until
+					* needed, kept while the cache lives */
+	struct mrmgr__watch watch;     /* monitor registry entry (monitor.h) */
+	int watched;                   /* watch is in the registry */
 };
 
 /* Regions are laid out at a power-of-two size in their slab. */

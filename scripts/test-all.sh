@@ -36,6 +36,9 @@ step "examples"
 ./examples/demo --messages 5000 >/dev/null
 ./examples/odp_prefetch >/dev/null
 ./examples/odp_prefetch --rxe >/dev/null
+./examples/shared_mr >/dev/null
+./examples/export_import >/dev/null
+./examples/export_import --rxe >/dev/null 2>&1
 if [ "${MRMGR_SKIP_RXE:-0}" = 1 ]; then
 	step "real-verbs tier skipped (MRMGR_SKIP_RXE=1)"
 else

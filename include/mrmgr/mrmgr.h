@@ -32,6 +32,36 @@
  * Cache hits take no lock that other hits contend on, allocate nothing and
  * make no system call.
  *
+ * @par Memory events: the guarantee
+ * @anchor monitor
+ * After a call that unmaps, remaps or discards memory returns (munmap(),
+ * mremap() moving or shrinking, mmap(MAP_FIXED) over it,
+ * madvise(MADV_DONTNEED, MADV_REMOVE or MADV_FREE), brk()/sbrk()
+ * shrinking, shmdt(), glibc free() of an mmap'd chunk or a heap trim, and
+ * the same operations issued with raw syscall()), no later mrmgr_get()
+ * from a thread that observes that return (the same thread, or one
+ * synchronised with it) returns a region whose pages are not the pages
+ * mapped now. Regions in use at that moment are detached and deregistered
+ * at their last mrmgr_put(); their holders' later accesses are their own
+ * business, but the cache never hands them out again.
+ * The cache learns of such changes from a memory-event source (enum
+ * mrmgr_monitor_mode): userfaultfd, libmrmgr_hooks.so, or the caller
+ * through mrmgr_notify_unmap() and mrmgr_invalidate(). Memory that no
+ * active source can watch (shared mappings, SysV shared memory, device
+ * memory, or everything when no source works in this process) is not
+ * cached. mrmgr_cache_query_monitor() tells which source is active and
+ * what it covered. Out of the guarantee: a thread that maps new memory at
+ * an address while another thread's unmapping call has not yet returned,
+ * and ::MRMGR_MONITOR_NONE.
+ *
+ * @par fork()
+ * A child never uses its parent's cached regions: at fork() every cache
+ * in the child forgets them (without deregistering: they belong to the
+ * parent) and starts empty. Where the parent's registrations do not
+ * survive the fork (ibv_is_fork_initialized() returns
+ * @c IBV_FORK_DISABLED, and the simulated HCA, which holds pages the way
+ * pre-5.9 kernels did), the parent's caches are purged too.
+ *
  * @par ABI
  * Handles are opaque. Attribute structs grow at their end and carry a
  * @c comp_mask: a field is read only when its bit is set, so a program built
@@ -80,6 +110,8 @@ enum mrmgr_cache_attr_mask {
 	 * @c odp_ops are set (on-demand paging, see enum mrmgr_odp_mode).
 	 */
 	MRMGR_CACHE_ATTR_ODP = 1u << 3,
+	/** mrmgr_cache_attr::monitor is set. */
+	MRMGR_CACHE_ATTR_MONITOR = 1u << 4,
 };
 
 /** Policy bits for mrmgr_cache_attr::flags. */
@@ -108,6 +140,37 @@ enum mrmgr_cache_flags {
 	 * rereg (rxe, siw).
 	 */
 	MRMGR_CACHE_NO_REREG = 1u << 3,
+};
+
+/**
+ * How a cache learns that memory under its registrations changed (see
+ * @ref monitor "the memory-event monitor" and doc/monitor.md).
+ */
+enum mrmgr_monitor_mode {
+	/**
+	 * The default: userfaultfd where the kernel allows it, else
+	 * libmrmgr_hooks.so when it is loaded. Regions that no active source
+	 * can watch are not cached: registered on get, deregistered at the
+	 * last put.
+	 */
+	MRMGR_MONITOR_AUTO = 0,
+	/** userfaultfd only; what it cannot watch is not cached. */
+	MRMGR_MONITOR_UFFD = 1,
+	/** libmrmgr_hooks.so only; what it cannot watch is not cached. */
+	MRMGR_MONITOR_HOOKS = 2,
+	/**
+	 * No automatic source: the caller promises to report every change
+	 * with mrmgr_notify_unmap() or mrmgr_invalidate() (MPI stacks and
+	 * allocators that already hook memory). Everything is cached.
+	 */
+	MRMGR_MONITOR_EXTERNAL = 3,
+	/**
+	 * No monitoring at all, everything cached: a stale registration can
+	 * be handed out after memory is unmapped and mapped again. Logged as
+	 * a warning; for measurements and for programs that never free
+	 * registered memory.
+	 */
+	MRMGR_MONITOR_NONE = 4,
 };
 
 /**
@@ -150,6 +213,11 @@ struct mrmgr_cache_attr {
 	 * READ.
 	 */
 	uint32_t odp_ops;
+	/**
+	 * enum mrmgr_monitor_mode (default ::MRMGR_MONITOR_AUTO). The
+	 * @c MRMGR_MONITOR environment variable overrides it.
+	 */
+	uint32_t monitor;
 };
 
 /**
@@ -175,6 +243,34 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
  *         callers (nothing is destroyed then; a log line says how many).
  */
 MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *cache);
+
+/** Bits of mrmgr_cache_destroy_ex()'s @c flags. */
+enum mrmgr_destroy_flags {
+	/**
+	 * Revoke every export of the cache's regions first (see
+	 * mrmgr_region_export()): their pins are dropped, so exported MRs
+	 * are deregistered even while importers still use them (their
+	 * operations then fail; nothing else is touched), and the exports
+	 * report mrmgr_export_revoked(). Aliases (mrmgr_region_alias()) are
+	 * deregistered too and report mrmgr_alias_revoked(); their mappings
+	 * stay until mrmgr_alias_destroy(). Regions held by mrmgr_get()
+	 * callers cannot be forced: the call still fails with @c EBUSY for
+	 * them.
+	 */
+	MRMGR_DESTROY_FORCE = 1u << 0,
+};
+
+/**
+ * mrmgr_cache_destroy() with @p flags (bits of enum mrmgr_destroy_flags).
+ *
+ * Without ::MRMGR_DESTROY_FORCE a cache whose regions are exported,
+ * aliased (or held) is not destroyed: @c EBUSY, with a log line per
+ * share-set member that keeps it busy (which region, which export, how
+ * many importers, which alias).
+ *
+ * @return 0, @c EINVAL (NULL cache, unknown flags) or @c EBUSY.
+ */
+MRMGR_EXPORT int mrmgr_cache_destroy_ex(mrmgr_cache_t *cache, uint64_t flags);
 
 /**
  * Get a registered region covering @c [addr, addr+length) with at least
@@ -262,6 +358,78 @@ MRMGR_EXPORT void mrmgr_put(mrmgr_region_t *region);
  */
 MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *cache, void *addr,
 				  size_t length);
+
+/**
+ * Report that @c [addr, addr+length) was unmapped, remapped or discarded,
+ * to every cache in the process (the range is widened to pages).
+ *
+ * For MPI stacks, allocators and memory hooks that already see such
+ * changes (and what libmrmgr_hooks.so calls). Call it after the change,
+ * before the memory can be used again. Async-signal-safe: it allocates
+ * nothing, takes no lock and logs nothing, so it may be called from
+ * inside malloc(), a memory hook or a signal handler. Events go through a
+ * bounded lock-free queue; caches apply them at their next mrmgr_get()
+ * that misses the fast path. When the queue overflows, the caches that
+ * fell behind invalidate everything they hold.
+ *
+ * @return 0, or @c EINVAL for zero length or a range that wraps around
+ *         (no log line: see above).
+ */
+MRMGR_EXPORT int mrmgr_notify_unmap(void *addr, size_t length);
+
+/** Bits of mrmgr_monitor_info::sources. */
+enum mrmgr_monitor_source {
+	MRMGR_MONITOR_SRC_UFFD = 1u << 0,     /**< userfaultfd is running */
+	MRMGR_MONITOR_SRC_HOOKS = 1u << 1,    /**< libmrmgr_hooks.so passed its self-test */
+	MRMGR_MONITOR_SRC_EXTERNAL = 1u << 2, /**< the cache trusts mrmgr_notify_unmap() */
+};
+
+/** Bits of mrmgr_monitor_info::uffd_flags. */
+enum mrmgr_monitor_uffd_flags {
+	/** Opened with UFFD_USER_MODE_ONLY (unprivileged process). */
+	MRMGR_MONITOR_UFFD_USER_MODE_ONLY = 1u << 0,
+	/** Opened through /dev/userfaultfd (the system call was refused). */
+	MRMGR_MONITOR_UFFD_DEVICE = 1u << 1,
+	/** Ranges are queried with PROCMAP_QUERY (Linux 6.11), not /proc/self/maps. */
+	MRMGR_MONITOR_UFFD_PROCMAP_QUERY = 1u << 2,
+};
+
+/**
+ * What watches a cache's memory, and what it did. Fields are only ever
+ * added at the end; pass @c sizeof(struct mrmgr_monitor_info) as you know
+ * it. "Process" fields are shared by every cache of the process.
+ */
+struct mrmgr_monitor_info {
+	uint32_t mode;            /**< enum mrmgr_monitor_mode in force for this cache */
+	uint32_t sources;         /**< enum mrmgr_monitor_source bits that cover this cache now */
+	int32_t uffd_error;       /**< process: why userfaultfd is not running (errno), 0 when it is or was not tried */
+	int32_t hooks_error;      /**< process: why the hooks are not used (errno; ENOENT: not loaded), 0 when they are */
+	uint32_t uffd_flags;      /**< process: enum mrmgr_monitor_uffd_flags */
+	int32_t fork_status;      /**< ibv_is_fork_initialized() for this cache (-1: simulated HCA) */
+	uint64_t uffd_features;   /**< process: UFFD_FEATURE_* bits negotiated */
+	uint64_t uffd_events;     /**< process: unmap/remove/remap events read from the kernel */
+	uint64_t notify_events;   /**< process: mrmgr_notify_unmap() calls that reached the queue */
+	uint64_t watched_ranges;  /**< process: ranges registered with userfaultfd now */
+	uint64_t watched_runs;    /**< process: disjoint runs of those (each may split a VMA in three) */
+	uint64_t watch_budget;    /**< process: most runs allowed (from vm.max_map_count) */
+	uint64_t events;          /**< events this cache applied */
+	uint64_t invalidations;   /**< regions this cache invalidated because of events */
+	uint64_t overflows;       /**< times this cache fell behind the queue and invalidated everything */
+	uint64_t unwatched;       /**< gets served uncached because no source could watch the range */
+	uint64_t fork_purges;     /**< times a fork() purged this cache (in this process) */
+};
+
+/**
+ * Report which memory-event sources cover a cache and what they did.
+ *
+ * @param cache  the cache.
+ * @param info   receives at most @p size bytes of struct mrmgr_monitor_info.
+ * @param size   @c sizeof(struct mrmgr_monitor_info) as the caller was built.
+ * @return 0, or @c EINVAL for NULL pointers or a size of 0.
+ */
+MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *cache,
+					   struct mrmgr_monitor_info *info,
+					   size_t size);
 
 /** The registered MR of a region; valid until the matching mrmgr_put(). */
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr(const mrmgr_region_t *region);
@@ -444,6 +612,34 @@ struct mrmgr_stats {
 	uint64_t make_before_break;
 	/** bytes registered beyond growth requests by the headroom policy */
 	uint64_t headroom_bytes;
+	/* Added with shared MRs. */
+	/** regions now in a share set: with MRs in several PDs (multi-PD
+	 *  caches), exported or aliased */
+	uint64_t share_sets;
+	/** MRs now registered for regions in PDs other than their first
+	 *  (multi-PD caches); also counted in @c regions and
+	 *  @c pinned_bytes */
+	uint64_t share_pd_mrs;
+	/** exports now live (mrmgr_region_export() not yet released) */
+	uint64_t share_exports;
+	/** importers now attached to exports (as told by the share
+	 *  server, mrmgr_share_server_create()) */
+	uint64_t share_importers;
+	/** registrations of a region in another PD, in total */
+	uint64_t share_pd_registrations;
+	/** exports made, in total */
+	uint64_t exports;
+	/** importer attachments, in total */
+	uint64_t imports;
+	/** exports and aliases revoked: region invalidated, or forced by
+	 *  ::MRMGR_DESTROY_FORCE */
+	uint64_t share_revocations;
+	/** exported MRs deregistered by force while importers were
+	 *  attached */
+	uint64_t share_forced;
+	/** aliases now live (mrmgr_region_alias()); not counted in
+	 *  @c regions or @c pinned_bytes */
+	uint64_t share_aliases;
 };
 
 /**
@@ -652,6 +848,515 @@ MRMGR_EXPORT int mrmgr_prefetch(mrmgr_cache_t *cache,
  */
 MRMGR_EXPORT int mrmgr_region_prefetch(mrmgr_region_t *region, void *addr,
 				       size_t length, unsigned int flags);
+
+/** @} */
+
+/**
+ * @name Shared MRs: one buffer in several PDs, MRs shared across processes
+ *
+ * Several MRs may map the same memory: the same buffer registered in the
+ * PDs of several devices (multi-rail), or an MR another process uses
+ * through ibv_import_mr(). libmrmgr keeps every such MR in the region's
+ * @b share @b set, so that none outlives its memory and none is left
+ * stale. See doc/sharing.md.
+ *
+ * Rules a user must know:
+ *  - a region in a share set is never re-registered in place (a
+ *    translation rereg would make a shared MR private): growth registers
+ *    a new, private region, and the old one keeps its members (other PDs'
+ *    MRs, exports) until they are released;
+ *  - an exported region is pinned: it is neither evicted nor deregistered
+ *    by invalidation while the export lives. Invalidation detaches it
+ *    from the cache (no get returns it again) and marks the export
+ *    revoked (mrmgr_export_revoked()): the owner must tell its importers
+ *    (the share server does) and release the export once they have
+ *    detached; the MR is deregistered then;
+ *  - ibv_import_mr() counts nothing: if the owner deregisters an MR,
+ *    every import of it dies. Keep exports until importers are done
+ *    (the share helpers do), or destroy with ::MRMGR_DESTROY_FORCE;
+ *  - devices without import (rxe, siw) fail exports and imports with
+ *    @c EOPNOTSUPP, learnt once per device.
+ * @{
+ */
+
+/**
+ * Create a cache that serves several protection domains, of one device
+ * or of several devices of the same kind (all verbs, or all simulated).
+ *
+ * A region is one address range with one MR per PD, registered lazily:
+ * mrmgr_get_pd() registers the region in the PD it names the first time
+ * that PD asks for it; mrmgr_get() is mrmgr_get_pd() with @p pds[0].
+ * Invalidation (mrmgr_invalidate()) drops the range in every PD at once;
+ * eviction evicts a region with all its MRs; the limits count every MR
+ * (@c max_regions counts MRs, @c max_bytes counts each registration's
+ * bytes). A multi-PD cache registers pinned memory (ODP is turned off,
+ * with a log line; with ::MRMGR_ODP_STRICT an ODP request fails with
+ * @c EOPNOTSUPP), never re-registers in place, and cannot be moved
+ * (mrmgr_cache_move_pd() fails with @c EINVAL).
+ *
+ * @param pds    @p npds distinct PDs; they must outlive the cache.
+ * @param npds   1 to 64.
+ * @param attr   as mrmgr_cache_create().
+ * @param cache  receives the cache.
+ * @return 0; @c EINVAL (NULL or repeated PDs, @p npds out of range, PDs
+ *         of different backends); as mrmgr_cache_create().
+ */
+MRMGR_EXPORT int mrmgr_cache_create_multi(struct ibv_pd *const *pds,
+					  size_t npds,
+					  const struct mrmgr_cache_attr *attr,
+					  mrmgr_cache_t **cache);
+
+/**
+ * mrmgr_get() for one of a multi-PD cache's PDs: the returned region has
+ * an MR in @p pd (mrmgr_region_mr_pd()). On a single-PD cache @p pd must
+ * be the cache's PD. A hit whose region already has an MR in @p pd takes
+ * no lock, as mrmgr_get().
+ *
+ * @return as mrmgr_get(); @c EINVAL also for a PD the cache does not
+ *         serve.
+ */
+MRMGR_EXPORT int mrmgr_get_pd(mrmgr_cache_t *cache, struct ibv_pd *pd,
+			      void *addr, size_t length, unsigned int access,
+			      mrmgr_region_t **region);
+
+/**
+ * The region's MR in @p pd, or NULL when it has none there (yet). On a
+ * multi-PD cache the plain accessors (mrmgr_region_mr(), _lkey, _rkey)
+ * report the MR in the cache's first PD.
+ */
+MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr_pd(const mrmgr_region_t *region,
+					       const struct ibv_pd *pd);
+/** The region's local key in @p pd (0 without an MR there). */
+MRMGR_EXPORT uint32_t mrmgr_region_lkey_pd(const mrmgr_region_t *region,
+					   const struct ibv_pd *pd);
+/** The region's remote key in @p pd (0 without an MR there). */
+MRMGR_EXPORT uint32_t mrmgr_region_rkey_pd(const mrmgr_region_t *region,
+					   const struct ibv_pd *pd);
+
+/** Kinds of share-set members (mrmgr_share_info::kind). */
+enum mrmgr_share_kind {
+	/** An MR the cache registered for the region: its only one, or one
+	 *  per PD in a multi-PD cache. */
+	MRMGR_SHARE_MR = 0,
+	/** An export of one of those MRs to other processes. */
+	MRMGR_SHARE_EXPORT = 1,
+	/** An alias: the same pages mapped again and registered again
+	 *  (mrmgr_region_alias()); @c addr is the alias's address. */
+	MRMGR_SHARE_ALIAS = 2,
+};
+
+/** Bits of mrmgr_share_info::flags. */
+enum mrmgr_share_info_flags {
+	/** The export or alias was revoked (the region was invalidated, or
+	 *  forced). */
+	MRMGR_SHARE_REVOKED = 1u << 0,
+	/** The region is no longer in the cache (invalidated, merged or
+	 *  grown away): its members live on until released. */
+	MRMGR_SHARE_DETACHED = 1u << 1,
+};
+
+/**
+ * One member of a region's share set. Fields are only ever added at the
+ * end; pass @c sizeof(struct mrmgr_share_info) as you know it.
+ */
+struct mrmgr_share_info {
+	uint32_t kind;        /**< enum mrmgr_share_kind */
+	uint32_t flags;       /**< bits of enum mrmgr_share_info_flags */
+	struct ibv_pd *pd;    /**< the MR's PD */
+	struct ibv_mr *mr;    /**< the MR (for an export: the exported one) */
+	uint64_t addr;        /**< start of the registered range */
+	uint64_t length;      /**< bytes */
+	uint32_t lkey;        /**< local key */
+	uint32_t rkey;        /**< remote key */
+	uint32_t access;      /**< ibv_access_flags */
+	uint32_t importers;   /**< exports: importers attached */
+	/** MRs: references on the region now (callers' gets and exports'
+	 *  pins; the region is one object for all its PDs); exports: 1 */
+	uint64_t refs;
+	uint64_t export_id;   /**< exports: mrmgr_export_desc::export_id */
+};
+
+/**
+ * List the members of a region's share set: its MRs (one per PD it is
+ * registered in), then its live exports, then its aliases.
+ *
+ * @param region     a region the caller holds.
+ * @param info       room for @p max entries of @p info_size bytes each
+ *                   (may be NULL when @p max is 0).
+ * @param max        entries @p info can take.
+ * @param info_size  @c sizeof(struct mrmgr_share_info) as the caller was
+ *                   built.
+ * @param n          receives the number of members (may exceed @p max:
+ *                   only @p max were written).
+ * @return 0, or @c EINVAL for NULL arguments or an @p info_size of 0.
+ */
+MRMGR_EXPORT int mrmgr_region_query_shares(const mrmgr_region_t *region,
+					   struct mrmgr_share_info *info,
+					   size_t max, size_t info_size,
+					   size_t *n);
+
+/** An alias of a region: its pages mapped and registered again. Opaque. */
+typedef struct mrmgr_alias mrmgr_alias_t;
+
+/**
+ * Alias a region whose memory is a shared file's (memfd, POSIX shm, a
+ * @c MAP_SHARED file mapping): map the same pages a second time, at an
+ * address with the original's offset within 4 MiB (the same huge-page
+ * geometry), and register that mapping in @p pd with @p access. The
+ * modern form of the experimental shared MR (ibv_exp_reg_shared_mr()).
+ *
+ * The alias joins the region's share set and pins the region (it is
+ * neither evicted nor deregistered before the alias is destroyed, and
+ * never re-registered in place); invalidation of the region revokes the
+ * alias (mrmgr_alias_revoked()). The alias's mapping lives until
+ * mrmgr_alias_destroy(). Aliases are not counted against the cache's
+ * limits.
+ *
+ * @param region  a region the caller holds.
+ * @param fd      the file whose pages the region's memory is.
+ * @param offset  the file offset of mrmgr_region_addr(region).
+ * @param pd      the PD to register in (same backend as the cache), or
+ *                NULL for the region's.
+ * @param access  ibv_access_flags of the alias (the mapping is writable
+ *                when a write bit is set: @p fd must be open for writing).
+ * @param alias   receives the alias.
+ * @return 0; @c EINVAL (NULL, bad access, a PD of another backend, memory
+ *         that is not one @c MAP_SHARED mapping of @p fd at @p offset:
+ *         logged with the reason); @c ESTALE (the region is no longer in
+ *         the cache); the mapping's or the registration's errno.
+ */
+MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *region, int fd,
+				    uint64_t offset, struct ibv_pd *pd,
+				    unsigned int access, mrmgr_alias_t **alias);
+/**
+ * Deregister an alias, unmap it and drop its pin (the region is
+ * deregistered now if it was invalidated and nobody else holds it).
+ * @return 0 or @c EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_alias_destroy(mrmgr_alias_t *alias);
+/** The alias's address (its own mapping of the pages). */
+MRMGR_EXPORT void *mrmgr_alias_addr(const mrmgr_alias_t *alias);
+/** The alias's MR (NULL after a forced cache destruction). */
+MRMGR_EXPORT struct ibv_mr *mrmgr_alias_mr(const mrmgr_alias_t *alias);
+/** The alias's local key (0 without an MR). */
+MRMGR_EXPORT uint32_t mrmgr_alias_lkey(const mrmgr_alias_t *alias);
+/** The alias's remote key (0 without an MR). */
+MRMGR_EXPORT uint32_t mrmgr_alias_rkey(const mrmgr_alias_t *alias);
+/** Whether the region was invalidated (or the alias forced). @return 1 or 0. */
+MRMGR_EXPORT int mrmgr_alias_revoked(const mrmgr_alias_t *alias);
+
+/** An export of a region's MR to other processes. Opaque. */
+typedef struct mrmgr_export mrmgr_export_t;
+
+/** The current mrmgr_export_desc::version. */
+#define MRMGR_EXPORT_DESC_VERSION 1
+
+/**
+ * What an importer needs to import an exported MR: plain data (no
+ * pointers), to be sent as bytes to another process on the same host,
+ * together with the device's command descriptor (@c cmd_fd, by
+ * @c SCM_RIGHTS).
+ */
+struct mrmgr_export_desc {
+	uint32_t version;     /**< ::MRMGR_EXPORT_DESC_VERSION */
+	uint32_t size;        /**< bytes of the descriptor as written */
+	uint64_t export_id;   /**< unique in the exporting process */
+	int32_t owner_pid;    /**< the exporting process */
+	uint32_t pd_handle;   /**< the PD's kernel handle (ibv_pd::handle) */
+	uint32_t mr_handle;   /**< the MR's kernel handle (ibv_mr::handle) */
+	uint32_t lkey;        /**< the MR's local key */
+	uint32_t rkey;        /**< the MR's remote key */
+	uint32_t access;      /**< ibv_access_flags of the MR */
+	uint64_t addr;        /**< the MR's start in the owner's address space */
+	uint64_t length;      /**< bytes */
+	uint64_t generation;  /**< mrmgr_region_generation() at export */
+	char device[64];      /**< the device's name */
+};
+
+/**
+ * Export a region's MR: the region is pinned (never evicted, never
+ * deregistered) until mrmgr_export_release(), even after the caller's
+ * mrmgr_put(). The region joins a share set, so it is never re-registered
+ * in place. Whether the device can import is probed once per device
+ * (ibv_import_pd() on the owner's PD).
+ *
+ * @param region  a region the caller holds.
+ * @param pd      the PD whose MR to export (multi-PD caches; the region
+ *                must be registered there), or NULL for mrmgr_region_mr().
+ * @param exp     receives the export.
+ * @return 0; @c EINVAL (NULL, a PD without an MR of the region, an
+ *         implicit-ODP view); @c EOPNOTSUPP when the device cannot
+ *         import (rxe, siw); @c ENOMEM.
+ */
+MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *region, struct ibv_pd *pd,
+				     mrmgr_export_t **exp);
+
+/**
+ * The export's descriptor, and the device's command descriptor to pass
+ * to the importer with @c SCM_RIGHTS (still the device's: do not close
+ * it; the receiving end gets its own copy).
+ *
+ * @param exp     the export.
+ * @param desc    receives at most @p size bytes of the descriptor.
+ * @param size    @c sizeof(struct mrmgr_export_desc) as the caller knows it.
+ * @param cmd_fd  receives the command descriptor; may be NULL.
+ * @return 0 or @c EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_export_describe(const mrmgr_export_t *exp,
+				       struct mrmgr_export_desc *desc,
+				       size_t size, int *cmd_fd);
+
+/**
+ * Whether the export was revoked: its region was invalidated (its memory
+ * is no longer what was registered) or the cache was destroyed with
+ * ::MRMGR_DESTROY_FORCE. Importers must stop using it; release the export
+ * once they have. @return 1, 0, or 0 for NULL.
+ */
+MRMGR_EXPORT int mrmgr_export_revoked(const mrmgr_export_t *exp);
+
+/**
+ * Release an export: the region's pin is dropped (it is deregistered now
+ * if it was invalidated and nobody else holds it). Importers of the MR
+ * must have unimported it: their MR dies with the owner's.
+ * @return 0 or @c EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_export_release(mrmgr_export_t *exp);
+
+/** An imported device (the owner's command descriptor). Opaque. */
+typedef struct mrmgr_importer mrmgr_importer_t;
+/** An imported MR. Opaque. */
+typedef struct mrmgr_import mrmgr_import_t;
+
+/**
+ * Open an importer on an exporting device's command descriptor
+ * (received with @c SCM_RIGHTS): ibv_import_device(), or
+ * mrmgr_sim_import_device() for a simulated device's. The importer owns
+ * @p cmd_fd on success; on failure it stays the caller's. An importer's
+ * calls may run concurrently from any thread; an import, like a region,
+ * must not be used after its release.
+ *
+ * @return 0; @c EINVAL (NULL, a descriptor of neither kind);
+ *         @c EOPNOTSUPP when the device cannot import (rxe, siw);
+ *         @c ENOMEM; the device's errno.
+ */
+MRMGR_EXPORT int mrmgr_importer_open(int cmd_fd, mrmgr_importer_t **importer);
+/** The imported device context (to create QPs that use imported MRs). */
+MRMGR_EXPORT struct ibv_context *mrmgr_importer_context(const mrmgr_importer_t *importer);
+/**
+ * Close an importer (ibv_close_device()).
+ * @return 0, @c EINVAL, or @c EBUSY while imports are live.
+ */
+MRMGR_EXPORT int mrmgr_importer_close(mrmgr_importer_t *importer);
+
+/**
+ * Import an exported MR: its PD (ibv_import_pd(), shared by the
+ * importer's imports of the same PD) and the MR (ibv_import_mr()). The
+ * keys the device reports are checked against the descriptor, so a stale
+ * descriptor (whose handle now names another MR) is refused.
+ *
+ * @param importer   the importer of the exporting device.
+ * @param desc       the owner's descriptor.
+ * @param desc_size  its size as received (at least up to @c device).
+ * @param imp        receives the import.
+ * @return 0; @c EINVAL (NULL, unknown version, another device);
+ *         @c ESTALE (the handle names another MR now); @c EOPNOTSUPP;
+ *         the device's errno (@c ENOENT, @c EINVAL: no such object).
+ */
+MRMGR_EXPORT int mrmgr_import(mrmgr_importer_t *importer,
+			      const struct mrmgr_export_desc *desc,
+			      size_t desc_size, mrmgr_import_t **imp);
+/** Unimport (ibv_unimport_mr(); the PD when its last import goes). @return 0 or @c EINVAL. */
+MRMGR_EXPORT int mrmgr_import_release(mrmgr_import_t *imp);
+/** The imported MR (its @c addr may be NULL: use mrmgr_import_addr()). */
+MRMGR_EXPORT struct ibv_mr *mrmgr_import_mr(const mrmgr_import_t *imp);
+/** The imported PD. */
+MRMGR_EXPORT struct ibv_pd *mrmgr_import_pd(const mrmgr_import_t *imp);
+/** The MR's local key. */
+MRMGR_EXPORT uint32_t mrmgr_import_lkey(const mrmgr_import_t *imp);
+/** The MR's remote key. */
+MRMGR_EXPORT uint32_t mrmgr_import_rkey(const mrmgr_import_t *imp);
+/** The MR's start in the owner's address space (what SGEs and RDMA use). */
+MRMGR_EXPORT uint64_t mrmgr_import_addr(const mrmgr_import_t *imp);
+/** The MR's length. */
+MRMGR_EXPORT uint64_t mrmgr_import_length(const mrmgr_import_t *imp);
+/** The export's id (mrmgr_export_desc::export_id). */
+MRMGR_EXPORT uint64_t mrmgr_import_id(const mrmgr_import_t *imp);
+/**
+ * Whether the owner revoked the import (told by the share client): stop
+ * using it and release it. @return 1 or 0.
+ */
+MRMGR_EXPORT int mrmgr_import_revoked(const mrmgr_import_t *imp);
+
+/** A share server: an owner's end of the sharing helper. Opaque. */
+typedef struct mrmgr_share_server mrmgr_share_server_t;
+/** A share client: an importer's end of the sharing helper. Opaque. */
+typedef struct mrmgr_share_client mrmgr_share_client_t;
+
+/** Events of the sharing helper (mrmgr_share_event::type). */
+enum mrmgr_share_event_type {
+	/** Server: a peer imported an offer (mrmgr_share_event::export_id). */
+	MRMGR_SHARE_EV_ATTACH = 1,
+	/** Server: a peer released an import. */
+	MRMGR_SHARE_EV_DETACH = 2,
+	/** Server: a peer could not import an offer (@c err says why). */
+	MRMGR_SHARE_EV_DECLINE = 3,
+	/** Server: a peer went away; its imports are detached. */
+	MRMGR_SHARE_EV_PEER_GONE = 4,
+	/** Server: an export was revoked and the peers told. */
+	MRMGR_SHARE_EV_REVOKE_SENT = 5,
+	/** Client: an offer was imported (mrmgr_share_event::import). */
+	MRMGR_SHARE_EV_IMPORTED = 16,
+	/** Client: an offer could not be imported (@c err). */
+	MRMGR_SHARE_EV_IMPORT_FAILED = 17,
+	/** Client: the owner revoked an import: stop using it, then
+	 *  mrmgr_share_client_release() it. */
+	MRMGR_SHARE_EV_REVOKED = 18,
+	/** Client: the owner went away (its imports are dead). */
+	MRMGR_SHARE_EV_OWNER_GONE = 19,
+};
+
+/** An event of the sharing helper. */
+struct mrmgr_share_event {
+	uint32_t type;          /**< enum mrmgr_share_event_type */
+	int32_t err;            /**< errno of a failure, else 0 */
+	uint64_t peer;          /**< server: the peer's id */
+	uint64_t export_id;     /**< the export concerned */
+	uint64_t tag;           /**< the owner's tag of the offer */
+	mrmgr_import_t *import; /**< client: the import concerned */
+};
+
+/** Server callback; runs inside mrmgr_share_server_progress(). */
+typedef void (*mrmgr_share_event_fn)(const struct mrmgr_share_event *ev,
+				     void *arg);
+
+/** Bits of mrmgr_share_server_attr::comp_mask. */
+enum mrmgr_share_server_attr_mask {
+	/** @c event_fn and @c event_arg are set. */
+	MRMGR_SHARE_SERVER_ATTR_EVENTS = 1u << 0,
+};
+
+/** Attributes of a share server. Zero-initialise; set comp_mask bits. */
+struct mrmgr_share_server_attr {
+	uint64_t comp_mask;            /**< enum mrmgr_share_server_attr_mask */
+	mrmgr_share_event_fn event_fn; /**< called for every event */
+	void *event_arg;               /**< passed to @c event_fn */
+};
+
+/**
+ * Create the owner's end of the sharing helper: it offers a cache's
+ * regions to importer processes over connected UNIX-domain
+ * @c SOCK_SEQPACKET sockets (socketpair(), or accept()), passes the
+ * device's command descriptor, and keeps each offered region exported
+ * (pinned) until the peer has detached. Thread safety: one thread drives
+ * a server (its calls must not run concurrently); the cache may be used
+ * by any thread meanwhile. Destroy the server before the cache.
+ *
+ * @param cache  the cache whose regions are offered.
+ * @param pd     the PD whose MRs are offered (multi-PD caches), or NULL
+ *               for the cache's first.
+ * @param attr   attributes, or NULL.
+ * @param srv    receives the server.
+ * @return 0; @c EINVAL; @c EOPNOTSUPP when the device cannot import;
+ *         @c ENOMEM.
+ */
+MRMGR_EXPORT int mrmgr_share_server_create(mrmgr_cache_t *cache,
+					   struct ibv_pd *pd,
+					   const struct mrmgr_share_server_attr *attr,
+					   mrmgr_share_server_t **srv);
+/**
+ * Add a connected peer socket (the server owns it on success; on failure
+ * it stays the caller's) and greet it with the device's command
+ * descriptor. A peer that closes its socket detaches everything it had.
+ * @return 0; @c EINVAL (not a @c SOCK_SEQPACKET UNIX socket); the
+ *         socket's errno.
+ */
+MRMGR_EXPORT int mrmgr_share_server_add_peer(mrmgr_share_server_t *srv,
+					     int sock, uint64_t *peer);
+/**
+ * Offer a region to a peer: the region is exported (pinned) and its
+ * descriptor sent. The peer imports it and attaches, or declines.
+ *
+ * @param srv        the server.
+ * @param peer       the peer from mrmgr_share_server_add_peer().
+ * @param region     a region the caller holds (it may put it after).
+ * @param tag        the caller's value, sent along and reported in events.
+ * @param export_id  receives the export's id (may be NULL).
+ * @return 0; @c EINVAL; @c ENOTCONN for a peer that is gone; as
+ *         mrmgr_region_export().
+ */
+MRMGR_EXPORT int mrmgr_share_server_offer(mrmgr_share_server_t *srv,
+					  uint64_t peer,
+					  mrmgr_region_t *region, uint64_t tag,
+					  uint64_t *export_id);
+/**
+ * Withdraw an offer: the peer is told (revoked) and the export released
+ * once it has detached. @return 0 or @c ENOENT.
+ */
+MRMGR_EXPORT int mrmgr_share_server_withdraw(mrmgr_share_server_t *srv,
+					     uint64_t export_id);
+/**
+ * Drive the server: tell peers about revoked exports (their regions were
+ * invalidated), read their messages (attach, detach, decline, hang-up),
+ * release exports nobody holds any more, report events. Waits up to
+ * @p timeout_ms (0: do not wait, -1: forever) for something to happen.
+ *
+ * @return 0 when something happened, @c ETIMEDOUT when not, or an errno.
+ */
+MRMGR_EXPORT int mrmgr_share_server_progress(mrmgr_share_server_t *srv,
+					     int timeout_ms);
+/**
+ * Importers attached now to @p export_id (0 when it is not an offer of
+ * this server).
+ */
+MRMGR_EXPORT uint32_t mrmgr_share_server_importers(const mrmgr_share_server_t *srv,
+						   uint64_t export_id);
+/**
+ * Destroy a server. Without ::MRMGR_DESTROY_FORCE it fails with @c EBUSY
+ * (and a log line per attached import) while peers are attached; with it
+ * the peers are told that everything is revoked and every export is
+ * released at once (importers' MRs die).
+ * @return 0, @c EINVAL or @c EBUSY.
+ */
+MRMGR_EXPORT int mrmgr_share_server_destroy(mrmgr_share_server_t *srv,
+					    uint64_t flags);
+
+/**
+ * Create the importer's end of the sharing helper on a connected socket
+ * (owned by the client on success; on failure it stays the caller's):
+ * wait up to @p timeout_ms (-1: forever) for the owner's greeting and
+ * open an importer on its command descriptor.
+ * Thread safety: one thread drives a client.
+ *
+ * @return 0; @c EINVAL; @c ETIMEDOUT; @c EPROTO (not a share server);
+ *         @c EOPNOTSUPP (the device cannot import: rxe, siw); as
+ *         mrmgr_importer_open().
+ */
+MRMGR_EXPORT int mrmgr_share_client_create(int sock, int timeout_ms,
+					   mrmgr_share_client_t **cli);
+/**
+ * Wait up to @p timeout_ms (0: poll, -1: forever) for the next event:
+ * an offer imported (and attached) or failed, an import revoked, the
+ * owner gone.
+ * @return 0 with @p ev filled, @c ETIMEDOUT, or an errno.
+ */
+MRMGR_EXPORT int mrmgr_share_client_wait(mrmgr_share_client_t *cli,
+					 int timeout_ms,
+					 struct mrmgr_share_event *ev);
+/**
+ * Release an import and tell the owner (detach).
+ * @return 0 or @c EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_share_client_release(mrmgr_share_client_t *cli,
+					    mrmgr_import_t *imp);
+/** The importer (its device context, for QPs). */
+MRMGR_EXPORT mrmgr_importer_t *mrmgr_share_client_importer(const mrmgr_share_client_t *cli);
+/** The client's socket, to wait on with poll() (readable: call wait). */
+MRMGR_EXPORT int mrmgr_share_client_fd(const mrmgr_share_client_t *cli);
+/**
+ * Destroy a client: every import is released (the owner told), the
+ * importer closed, the socket closed. @return 0 or @c EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_share_client_destroy(mrmgr_share_client_t *cli);
 
 /** @} */
 

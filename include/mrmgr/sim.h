@@ -42,7 +42,17 @@
  *    every page the device does not have present yet, and always goes to
  *    the pages mapped now (ODP is never stale); mrmgr_sim_advise_mr()
  *    makes pages present like ibv_advise_mr(). The rxe personality
- *    refuses ODP (@c EINVAL) and advice (@c EOPNOTSUPP), as rdma_rxe does.
+ *    refuses ODP (@c EINVAL) and advice (@c EOPNOTSUPP), as rdma_rxe does;
+ *  - cross-process sharing (mlx5 personality): a device's @c cmd_fd is a
+ *    real descriptor (a read-only memfd holding the device's table of PDs
+ *    and MRs, the way the kernel's objects hang off the uverbs file), so
+ *    it can be passed with @c SCM_RIGHTS; mrmgr_sim_import_device(),
+ *    mrmgr_sim_import_pd() and mrmgr_sim_import_mr() give another
+ *    context, in this process or another one, the same PD and MR handles
+ *    and keys, with the owner's lifetime (deregistration by the owner
+ *    kills the import). The rxe personality refuses import with
+ *    @c EOPNOTSUPP, as rdma_rxe does. See doc/sharing.md for what is and
+ *    is not modelled across processes.
  *
  * All calls are thread-safe.
  */
@@ -278,6 +288,11 @@ enum mrmgr_sim_op {
 	 * code promises.
 	 */
 	MRMGR_SIM_OP_REREG = 3,
+	/**
+	 * mrmgr_sim_import_pd() and mrmgr_sim_import_mr(), armed on the
+	 * importing context, after argument validation.
+	 */
+	MRMGR_SIM_OP_IMPORT = 4,
 };
 
 /** Bits of mrmgr_sim_fault::comp_mask. */
@@ -344,6 +359,16 @@ struct mrmgr_sim_stats {
 	uint64_t rereg_failures;    /**< re-registrations that failed */
 	uint64_t rereg_pages;       /**< pages pinned by re-registrations, in total */
 	uint64_t rereg_key_changes; /**< re-registrations that changed the keys */
+	/* Added with shared MRs. */
+	uint64_t imported_pds;      /**< PDs imported into this context now */
+	uint64_t imported_mrs;      /**< MRs imported into this context now */
+	uint64_t import_failures;   /**< imports refused (handle, PD, personality, injection) */
+	/** accesses through an imported MR whose owner has deregistered it
+	 *  (refused with @c ENOENT, as the shared kernel object is gone) */
+	uint64_t dead_import_accesses;
+	/** MRs not published in the export table (full): they cannot be
+	 *  imported */
+	uint64_t unexportable_mrs;
 };
 
 /**
@@ -353,6 +378,56 @@ struct mrmgr_sim_stats {
 MRMGR_EXPORT int mrmgr_sim_query_stats(struct ibv_context *ctx,
 				       struct mrmgr_sim_stats *stats,
 				       size_t size);
+
+/**
+ * @name Import (cross-process sharing)
+ * The simulated ibv_import_device(), ibv_import_pd(), ibv_import_mr() and
+ * their unimport calls, with rdma-core's semantics: the importer gets
+ * objects with the owner's handles and keys; nothing is reference
+ * counted (if the owner deregisters an MR, imports of it die: accesses
+ * fail with @c ENOENT, counted in mrmgr_sim_stats::dead_import_accesses);
+ * an imported MR's @c addr is NULL, as the man page says (the owner's
+ * address is in the export descriptor). Simulated accesses through an
+ * imported PD (mrmgr_sim_write(), mrmgr_sim_read()) reach the owner's
+ * memory: directly within one process, with process_vm_writev() and
+ * process_vm_readv() across processes (ptrace permission needed), with
+ * page-identity checks in both cases where pagemap shows PFNs.
+ * @{
+ */
+
+/**
+ * Import a simulated device from its command descriptor (@c cmd_fd of a
+ * simulated context, received with @c SCM_RIGHTS or dup()ed), like
+ * ibv_import_device(): the new context owns @p cmd_fd on success and
+ * closes it in mrmgr_sim_close(); on failure it stays the caller's.
+ * @return 0; @c EINVAL when @p cmd_fd is not a simulated device's;
+ *   @c EOPNOTSUPP for the rxe personality; @c ENOMEM.
+ */
+MRMGR_EXPORT int mrmgr_sim_import_device(int cmd_fd, struct ibv_context **ctx);
+/**
+ * Import the owner's PD @p pd_handle into a context from
+ * mrmgr_sim_import_device(). Free it with mrmgr_sim_unimport_pd() (or
+ * mrmgr_sim_dealloc_pd(), which for an imported PD only unimports).
+ * @return 0; @c EINVAL (not an imported context, NULL); @c ENOENT (no
+ *   such PD in the owner); @c EOPNOTSUPP (rxe personality); an injected
+ *   error (::MRMGR_SIM_OP_IMPORT).
+ */
+MRMGR_EXPORT int mrmgr_sim_import_pd(struct ibv_context *ctx,
+				     uint32_t pd_handle, struct ibv_pd **pd);
+/** Forget an imported PD. @return 0, @c EINVAL, or @c EBUSY while imported MRs use it. */
+MRMGR_EXPORT int mrmgr_sim_unimport_pd(struct ibv_pd *pd);
+/**
+ * Import the owner's MR @p mr_handle into an imported PD (the MR must be
+ * in that PD). The MR has the owner's handle, keys and length, @c addr
+ * NULL. @return 0; @c EINVAL; @c ENOENT (no such live MR);
+ *   @c EOPNOTSUPP; an injected error.
+ */
+MRMGR_EXPORT int mrmgr_sim_import_mr(struct ibv_pd *pd, uint32_t mr_handle,
+				     struct ibv_mr **mr);
+/** Forget an imported MR (the owner's MR is not affected). @return 0 or @c EINVAL. */
+MRMGR_EXPORT int mrmgr_sim_unimport_mr(struct ibv_mr *mr);
+
+/** @} */
 
 /**
  * Whether page identity can be checked in this process

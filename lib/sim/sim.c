@@ -138,6 +138,11 @@ int mrmgr__sim_is_context(const struct ibv_context *ctx)
 	return registry_find(ctx) != NULL;
 }
 
+struct mrmgr__sim_ctx *mrmgr__sim_ctx_find(const struct ibv_context *ctx)
+{
+	return registry_find(ctx);
+}
+
 struct mrmgr__sim_ctx *mrmgr__sim_ctx_get(struct ibv_context *ctx)
 {
 	struct mrmgr__sim_ctx *sctx = registry_find(ctx);
@@ -209,16 +214,28 @@ static int check_attr(const struct mrmgr_sim_attr *a)
 MRMGR_EXPORT int mrmgr_sim_open(const struct mrmgr_sim_attr *attr,
 				struct ibv_context **ctx)
 {
-	static const struct mrmgr_sim_attr none;
-	const struct mrmgr_sim_attr *a = attr ? attr : &none;
 	struct mrmgr__sim_ctx *sctx;
-	unsigned int idx;
 	int ret;
 
 	if (!ctx) {
 		mrmgr__warn("sim_open: NULL ctx");
 		return EINVAL;
 	}
+	ret = mrmgr__sim_open(attr, 1, &sctx);
+	if (!ret)
+		*ctx = &sctx->ibctx;
+	return ret;
+}
+
+int mrmgr__sim_open(const struct mrmgr_sim_attr *attr, int table,
+		    struct mrmgr__sim_ctx **out)
+{
+	static const struct mrmgr_sim_attr none;
+	const struct mrmgr_sim_attr *a = attr ? attr : &none;
+	struct mrmgr__sim_ctx *sctx;
+	unsigned int idx;
+	int ret;
+
 	ret = check_attr(a);
 	if (ret)
 		return ret;
@@ -270,7 +287,8 @@ MRMGR_EXPORT int mrmgr_sim_open(const struct mrmgr_sim_attr *attr,
 	 * No kernel file descriptors, and abi_compat NULL: libibverbs' inline
 	 * helpers check abi_compat before using the extended ops, so a sim
 	 * context handed to them by mistake fails with EOPNOTSUPP/NULL rather
-	 * than jumping through garbage.
+	 * than jumping through garbage. cmd_fd becomes the export table, a
+	 * read-only memfd (sim_share.c), below.
 	 */
 	sctx->ibctx.cmd_fd = -1;
 	sctx->ibctx.async_fd = -1;
@@ -286,8 +304,13 @@ MRMGR_EXPORT int mrmgr_sim_open(const struct mrmgr_sim_attr *attr,
 		free(sctx);
 		return ENOMEM;
 	}
+	/* The export table is cmd_fd (sim_share.c); it is made before the
+	 * device is visible, so every PD and MR is published. */
+	if (table)
+		mrmgr__sim_share_open(sctx);
 	ret = registry_add(sctx);
 	if (ret) {
+		mrmgr__sim_share_close(sctx);
 		pthread_mutex_destroy(&sctx->lock);
 		pthread_mutex_destroy(&sctx->ibctx.mutex);
 		free(sctx);
@@ -296,7 +319,7 @@ MRMGR_EXPORT int mrmgr_sim_open(const struct mrmgr_sim_attr *attr,
 	mrmgr__info("sim: opened %s (memlock %llu bytes, flags %#x)",
 		    sctx->ibdev.name, (unsigned long long)sctx->memlock_bytes,
 		    sctx->flags);
-	*ctx = &sctx->ibctx;
+	*out = sctx;
 	return 0;
 }
 
@@ -324,6 +347,7 @@ MRMGR_EXPORT int mrmgr_sim_close(struct ibv_context *ctx)
 		return EBUSY;
 	}
 	mrmgr__sim_keys_fini(sctx);
+	mrmgr__sim_share_close(sctx);
 	pthread_mutex_destroy(&sctx->lock);
 	pthread_mutex_destroy(&sctx->ibctx.mutex);
 	mrmgr__info("sim: closed %s", sctx->ibdev.name);
@@ -352,6 +376,7 @@ MRMGR_EXPORT int mrmgr_sim_alloc_pd(struct ibv_context *ctx,
 	pthread_mutex_lock(&sctx->lock);
 	spd->ibpd.handle = sctx->next_pd_handle++;
 	sctx->stats.live_pds++;
+	mrmgr__sim_share_pd(sctx, spd, 1);
 	pthread_mutex_unlock(&sctx->lock);
 	*pd = &spd->ibpd;
 	return 0;
@@ -373,6 +398,10 @@ MRMGR_EXPORT int mrmgr_sim_dealloc_pd(struct ibv_pd *pd)
 		return EBUSY;
 	}
 	sctx->stats.live_pds--;
+	if (spd->imported)
+		sctx->stats.imported_pds--;
+	else
+		mrmgr__sim_share_pd(sctx, spd, 0);
 	spd->magic = 0;
 	pthread_mutex_unlock(&sctx->lock);
 	free(spd);

@@ -338,6 +338,39 @@ static int check_mapped(uint64_t va, size_t len)
 	return msync((void *)(uintptr_t)first, end - first, MS_ASYNC) ? ESTALE : 0;
 }
 
+int mrmgr__sim_vm_copy(pid_t pid, void *local, uint64_t remote, size_t len,
+		       int to_remote, size_t *done)
+{
+	*done = 0;
+	while (*done < len) {
+		struct iovec l = { (char *)local + *done, len - *done };
+		struct iovec r = { (void *)(uintptr_t)(remote + *done), len - *done };
+		ssize_t n = to_remote ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+				      : process_vm_readv(pid, &l, 1, &r, 1, 0);
+
+		if (n > 0) {
+			*done += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		return n < 0 ? errno : EFAULT;
+	}
+	return 0;
+}
+
+void mrmgr__sim_count_access(struct mrmgr__sim_ctx *s, int ret, int write)
+{
+	if (ret == ESTALE)
+		s->stats.stale_accesses++;
+	else if (ret)
+		s->stats.access_errors++;
+	else if (write)
+		s->stats.writes++;
+	else
+		s->stats.reads++;
+}
+
 /*
  * Copy through process_vm_readv/writev on ourselves: the kernel copies
  * page by page and returns EFAULT where a plain memcpy would crash on a
@@ -349,25 +382,15 @@ static int vm_copy_blocked;
 
 static int copy_self(void *local, uint64_t remote, size_t len, int to_remote)
 {
-	pid_t pid = getpid();
 	size_t done = 0;
+	int err = 0;
 
-	while (done < len && !__atomic_load_n(&vm_copy_blocked, __ATOMIC_RELAXED)) {
-		struct iovec l = { (char *)local + done, len - done };
-		struct iovec r = { (void *)(uintptr_t)(remote + done), len - done };
-		ssize_t n = to_remote ? process_vm_writev(pid, &l, 1, &r, 1, 0)
-				      : process_vm_readv(pid, &l, 1, &r, 1, 0);
-
-		if (n > 0) {
-			done += (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == ENOSYS || errno == EPERM)) {
-			__atomic_store_n(&vm_copy_blocked, 1, __ATOMIC_RELAXED);
-			break;
-		}
+	if (!__atomic_load_n(&vm_copy_blocked, __ATOMIC_RELAXED))
+		err = mrmgr__sim_vm_copy(getpid(), local, remote, len,
+					 to_remote, &done);
+	if (err == ENOSYS || err == EPERM) {
+		__atomic_store_n(&vm_copy_blocked, 1, __ATOMIC_RELAXED);
+	} else if (err) {
 		/*
 		 * EFAULT: unmapped, or a store into memory made read-only
 		 * since registration (a real HCA would write its pinned pages
@@ -386,16 +409,47 @@ static int copy_self(void *local, uint64_t remote, size_t len, int to_remote)
 	return 0;
 }
 
-static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
-		      void *buf, size_t len, int write)
+int mrmgr__sim_access_mr(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m,
+			 uint64_t raddr, void *buf, size_t len, int write,
+			 uint64_t *wait_ns)
 {
 	unsigned int need = write ? IBV_ACCESS_REMOTE_WRITE
 				  : IBV_ACCESS_REMOTE_READ;
+	uint64_t base = (uintptr_t)m->ibmr.addr;
+	int ret = 0;
+
+	if (raddr < base || len > m->ibmr.length ||
+	    raddr - base > m->ibmr.length - len)
+		ret = ERANGE;
+	else if (!(m->access & need))
+		ret = EACCES;
+	if (ret) {
+		s->stats.access_errors++;
+		return ret;
+	}
+	if (m->odp) /* ODP follows the mapping: faults, never stale */
+		ret = mrmgr__sim_odp_access(s, m, raddr, len, write, wait_ns);
+	else
+		ret = m->pfns ? check_identity(m, raddr, len)
+			      : check_mapped(raddr, len);
+	if (!ret)
+		ret = copy_self(buf, raddr, len, write);
+	mrmgr__sim_count_access(s, ret, write);
+	if (ret == ESTALE)
+		mrmgr__dbg("sim %s: stale %s at %#llx+%zu (rkey %#x)",
+			   s->ibdev.name, write ? "write" : "read",
+			   (unsigned long long)raddr, len, m->ibmr.rkey);
+	return ret;
+}
+
+static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
+		      void *buf, size_t len, int write)
+{
 	struct mrmgr__sim_pd *spd;
 	struct mrmgr__sim_ctx *s;
 	struct mrmgr__sim_mr *m;
-	uint64_t base, wait_ns = 0;
-	int ret = 0;
+	uint64_t wait_ns = 0;
+	int ret;
 
 	if (!buf || !len) {
 		mrmgr__warn("sim_%s: NULL buffer or zero length",
@@ -405,6 +459,9 @@ static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
 	spd = mrmgr__sim_pd_get(pd);
 	if (!spd)
 		return EINVAL;
+	if (spd->imported) /* the owner's MR, maybe in another process */
+		return mrmgr__sim_import_access(spd, rkey, raddr, buf, len,
+						write);
 	s = spd->sctx;
 
 	/*
@@ -414,41 +471,14 @@ static int sim_access(struct ibv_pd *pd, uint32_t rkey, uint64_t raddr,
 	pthread_mutex_lock(&s->lock);
 	m = mrmgr__sim_mr_by_rkey(s, rkey);
 	if (!m || m->spd != spd) {
+		s->stats.access_errors++;
 		ret = ENOENT;
 	} else {
-		base = (uintptr_t)m->ibmr.addr;
-		if (raddr < base || len > m->ibmr.length ||
-		    raddr - base > m->ibmr.length - len)
-			ret = ERANGE;
-		else if (!(m->access & need))
-			ret = EACCES;
+		ret = mrmgr__sim_access_mr(s, m, raddr, buf, len, write,
+					   &wait_ns);
 	}
-	if (ret) {
-		s->stats.access_errors++;
-		pthread_mutex_unlock(&s->lock);
-		return ret;
-	}
-	if (m->odp) /* ODP follows the mapping: faults, never stale */
-		ret = mrmgr__sim_odp_access(s, m, raddr, len, write, &wait_ns);
-	else
-		ret = m->pfns ? check_identity(m, raddr, len)
-			      : check_mapped(raddr, len);
-	if (!ret)
-		ret = copy_self(buf, raddr, len, write);
-	if (ret == ESTALE)
-		s->stats.stale_accesses++;
-	else if (ret)
-		s->stats.access_errors++;
-	else if (write)
-		s->stats.writes++;
-	else
-		s->stats.reads++;
 	pthread_mutex_unlock(&s->lock);
 	mrmgr__sim_busy_wait(wait_ns);
-	if (ret == ESTALE)
-		mrmgr__dbg("sim %s: stale %s at %#llx+%zu (rkey %#x)",
-			   s->ibdev.name, write ? "write" : "read",
-			   (unsigned long long)raddr, len, rkey);
 	return ret;
 }
 

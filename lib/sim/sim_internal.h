@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/types.h>
 #include <infiniband/verbs.h>
 
 #include <mrmgr/sim.h>
@@ -39,7 +40,7 @@
  * advise, import) append to the enum and raise this; the fault table is
  * indexed by nothing else, so that is the only change fault injection needs.
  */
-#define MRMGR__SIM_OP_COUNT 4
+#define MRMGR__SIM_OP_COUNT 5
 
 /*
  * Keys are (index << 8) | key byte, as both mlx5 (mkey index + variant)
@@ -77,12 +78,18 @@ struct mrmgr__sim_fault_slot {
 
 struct mrmgr__sim_ctx;
 struct mrmgr__sim_odp;
+struct mrmgr__sim_share;
+struct mrmgr__sim_import;
 
 struct mrmgr__sim_pd {
 	struct ibv_pd ibpd;
 	struct mrmgr__sim_ctx *sctx;
 	uint32_t magic;
 	uint64_t mrs;    /* live and in-flight MRs in this PD */
+	/* sim_share.c: 1 + its entry in the export table (0: none), and
+	 * whether it was imported (mrmgr_sim_import_pd()). */
+	uint32_t share_slot;
+	int imported;
 };
 
 struct mrmgr__sim_mr {
@@ -112,6 +119,14 @@ struct mrmgr__sim_mr {
 	uint32_t npipes;
 	/* ODP MRs only (sim_odp.c): the pages present in the device. */
 	struct mrmgr__sim_odp *odp;
+	/*
+	 * sim_share.c: 1 + its entry in the owner's export table (0: not
+	 * published). An imported MR (mrmgr_sim_import_mr()) is an object
+	 * of this type with magic MRMGR__SIM_IMPORT_MAGIC and index 0 (so no
+	 * key-table call accepts it), its entry in the owner's table here,
+	 * and, across processes, the owner's PFNs in pfns.
+	 */
+	uint32_t share_slot;
 };
 
 struct mrmgr__sim_slot {
@@ -147,6 +162,11 @@ struct mrmgr__sim_ctx {
 
 	struct mrmgr__sim_fault_slot faults[MRMGR__SIM_MAX_FAULTS];
 	struct mrmgr_sim_stats stats;
+
+	/* sim_share.c: the export table behind cmd_fd (a device of this
+	 * process), or what an imported context reads (NULL otherwise). */
+	struct mrmgr__sim_share *share;
+	struct mrmgr__sim_import *imp;
 };
 
 /* sim.c */
@@ -211,6 +231,24 @@ int mrmgr__sim_backend_rereg(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 
 /* sim_access.c */
 /*
+ * The checks and copy of a simulated access once the target MR is found
+ * (bounds, access, page identity or ODP faults, the copy, the counters);
+ * sctx->lock held. *wait_ns: modelled cost to busy-wait after unlocking.
+ */
+int mrmgr__sim_access_mr(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m,
+			 uint64_t raddr, void *buf, size_t len, int write,
+			 uint64_t *wait_ns);
+/* The outcome of a simulated access in the device's counters. Lock held. */
+void mrmgr__sim_count_access(struct mrmgr__sim_ctx *sctx, int ret, int write);
+/*
+ * Copy len bytes between local and remote in process pid with
+ * process_vm_writev (to_remote) or process_vm_readv. 0, or the errno of
+ * the call that stopped (EFAULT for a short copy), with *done the bytes
+ * copied.
+ */
+int mrmgr__sim_vm_copy(pid_t pid, void *local, uint64_t remote, size_t len,
+		       int to_remote, size_t *done);
+/*
  * Hold the populated pages of m and record their PFNs (needs page
  * identity). Returns 0 or EFAULT; on other trouble *unverified is set
  * and the MR goes on without identity checks.
@@ -230,5 +268,32 @@ int mrmgr__sim_pagemap_read(uint64_t va, size_t n, uint64_t *out);
 #define MRMGR__PM_FILE (UINT64_C(1) << 61)
 #define MRMGR__PM_SWAP (UINT64_C(1) << 62)
 #define MRMGR__PM_PRESENT (UINT64_C(1) << 63)
+
+/* sim.c: the open device at ctx (not logged when there is none). */
+struct mrmgr__sim_ctx *mrmgr__sim_ctx_find(const struct ibv_context *ctx);
+/*
+ * Open a device as mrmgr_sim_open() does; without an export table when
+ * table is 0 (an imported context reads its owner's).
+ */
+int mrmgr__sim_open(const struct mrmgr_sim_attr *attr, int table,
+		    struct mrmgr__sim_ctx **out);
+
+/* sim_share.c (the export table behind cmd_fd) and sim_import.c (imports). */
+#define MRMGR__SIM_IMPORT_MAGIC 0x73696d69u /* "simi" */
+/* Create the table at open (cmd_fd); failure leaves cmd_fd at -1. */
+void mrmgr__sim_share_open(struct mrmgr__sim_ctx *sctx);
+/* At close: the owner's table, or an imported context's mapping. */
+void mrmgr__sim_share_close(struct mrmgr__sim_ctx *sctx);
+/* Publish (live) or withdraw an MR's or a PD's entry. Lock held. */
+void mrmgr__sim_share_mr(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m,
+			 int live);
+void mrmgr__sim_share_pd(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_pd *spd,
+			 int live);
+/* A simulated access through a PD of an imported context. */
+int mrmgr__sim_import_access(struct mrmgr__sim_pd *spd, uint32_t rkey,
+			     uint64_t raddr, void *buf, size_t len, int write);
+/* Whether the device could be imported from (the cmd_fd exists and the
+ * personality has import). */
+int mrmgr__sim_can_import(struct ibv_context *ctx);
 
 #endif /* MRMGR__SIM_INTERNAL_H */

@@ -402,6 +402,7 @@ MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
 	m->ibmr.handle = s->next_mr_handle++;
 	m->magic = SIM_MR_MAGIC;
 	m->live = 1;
+	mrmgr__sim_share_mr(s, m, 1);
 	s->stats.live_mrs++;
 	s->stats.registrations++;
 	s->stats.pages_registered += m->npages;
@@ -449,7 +450,9 @@ MRMGR_EXPORT int mrmgr_sim_dereg_mr(struct ibv_mr *mr)
 		pthread_mutex_unlock(&s->lock);
 		return ret; /* the MR stays live, as after a failed destroy */
 	}
-	/* Keys die now; the pages are let go after, outside the lock. */
+	/* Keys die now (imports of the MR with them); the pages are let go
+	 * after, outside the lock. */
+	mrmgr__sim_share_mr(s, m, 0);
 	slot_free(s, m->index);
 	m->live = 0;
 	m->magic = 0;

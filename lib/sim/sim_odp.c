@@ -336,6 +336,7 @@ int mrmgr__sim_reg_odp(struct mrmgr__sim_pd *spd, void *addr, size_t length,
 	m->ibmr.handle = s->next_mr_handle++;
 	m->magic = MRMGR__SIM_MR_MAGIC;
 	m->live = 1;
+	mrmgr__sim_share_mr(s, m, 1);
 	s->mrs++;
 	spd->mrs++;
 	s->stats.live_mrs++;

@@ -218,6 +218,7 @@ MRMGR_EXPORT int mrmgr_sim_rereg_mr(struct ibv_mr *mr, int flags,
 		m->ibmr.pd = pd;
 	}
 	m->live = 1;
+	mrmgr__sim_share_mr(s, m, 1); /* keys, range, access or PD changed */
 	s->stats.reregs++;
 	pthread_mutex_unlock(&s->lock);
 	mrmgr__sim_pages_release(&old);

@@ -2,9 +2,11 @@
  * A tiny program outside the tree: built only with
  * `pkg-config --cflags --libs mrmgr` against an installed libmrmgr.
  */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS under -std=c11 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <mrmgr/mrmgr.h>
 #include <mrmgr/sim.h>
@@ -16,17 +18,24 @@ int main(void)
 	mrmgr_cache_t *cache;
 	mrmgr_region_t *r;
 	struct mrmgr_stats st;
-	static char buf[1 << 16];
+	/* Anonymous memory: the memory-event monitor can watch it, so it is
+	 * cached. (A static buffer may start in the last file-backed page of
+	 * .data, which userfaultfd cannot watch: it would not be cached.) */
+	const size_t len = 1 << 16;
+	char *buf = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	int ret;
 
-	memset(buf, 1, sizeof(buf));
+	if (buf == MAP_FAILED)
+		return 1;
+	memset(buf, 1, len);
 	if ((ret = mrmgr_sim_open(NULL, &ctx)) || (ret = mrmgr_sim_alloc_pd(ctx, &pd)) ||
 	    (ret = mrmgr_cache_create(pd, NULL, &cache))) {
 		fprintf(stderr, "setup: %s\n", strerror(ret));
 		return 1;
 	}
 	for (int i = 0; i < 2; i++) {
-		if ((ret = mrmgr_get(cache, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE, &r))) {
+		if ((ret = mrmgr_get(cache, buf, len, IBV_ACCESS_LOCAL_WRITE, &r))) {
 			fprintf(stderr, "get: %s\n", strerror(ret));
 			return 1;
 		}

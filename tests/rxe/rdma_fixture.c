@@ -209,14 +209,34 @@ static void qp_to_rts(struct ibv_qp *qp)
 			       IBV_QP_MAX_QP_RD_ATOMIC, "RTS");
 }
 
-static void connect_pair(struct rdma_fixture *f)
+static void connect_pair(struct rdma_fixture *f, struct ibv_qp *qp[2])
 {
 	for (int i = 0; i < 2; i++)
-		qp_to_init(f, f->qp[i]);
+		qp_to_init(f, qp[i]);
 	for (int i = 0; i < 2; i++)
-		qp_to_rtr(f, f->qp[i], f->qp[1 - i]->qp_num);
+		qp_to_rtr(f, qp[i], qp[1 - i]->qp_num);
 	for (int i = 0; i < 2; i++)
-		qp_to_rts(f->qp[i]);
+		qp_to_rts(qp[i]);
+}
+
+/* Two RC QPs in pd on the shared CQ, connected to each other. */
+static void make_pair(struct rdma_fixture *f, struct ibv_pd *pd,
+		      struct ibv_qp *qp[2])
+{
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_init_attr ia = {
+			.send_cq = f->cq,
+			.recv_cq = f->cq,
+			.cap = { .max_send_wr = SQ_DEPTH, .max_recv_wr = 1,
+				 .max_send_sge = 1, .max_recv_sge = 1 },
+			.qp_type = IBV_QPT_RC,
+			.sq_sig_all = 1,
+		};
+
+		qp[i] = ibv_create_qp(pd, &ia);
+		cr_assert_not_null(qp[i], "ibv_create_qp: %s", strerror(errno));
+	}
+	connect_pair(f, qp);
 }
 
 static void make_qp_pair(struct rdma_fixture *f)
@@ -229,21 +249,7 @@ static void make_qp_pair(struct rdma_fixture *f)
 	pick_address(f);
 	f->cq = ibv_create_cq(f->ctx, CQ_DEPTH, NULL, NULL, 0);
 	cr_assert_not_null(f->cq, "ibv_create_cq: %s", strerror(errno));
-	for (int i = 0; i < 2; i++) {
-		struct ibv_qp_init_attr ia = {
-			.send_cq = f->cq,
-			.recv_cq = f->cq,
-			.cap = { .max_send_wr = SQ_DEPTH, .max_recv_wr = 1,
-				 .max_send_sge = 1, .max_recv_sge = 1 },
-			.qp_type = IBV_QPT_RC,
-			.sq_sig_all = 1,
-		};
-
-		f->qp[i] = ibv_create_qp(f->pd, &ia);
-		cr_assert_not_null(f->qp[i], "ibv_create_qp: %s",
-				   strerror(errno));
-	}
-	connect_pair(f);
+	make_pair(f, f->pd, f->qp);
 	if (f->gid_index >= 0)
 		snprintf(gid, sizeof(gid), "GID %d", f->gid_index);
 	cr_log_info("rdma_fixture: %s port %u (%s, %s, MTU %d): QP %#x <-> QP %#x",
@@ -267,9 +273,17 @@ void rdma_fixture_open(struct rdma_fixture *f, unsigned int flags)
 	f->pd = ibv_alloc_pd(f->ctx);
 	cr_assert_not_null(f->pd, "ibv_alloc_pd(%s): %s", f->name,
 			   strerror(errno));
-	if (flags & RDMA_FX_QP)
+	if (flags & (RDMA_FX_QP | RDMA_FX_PD2))
 		make_qp_pair(f);
-	else
+	if (flags & RDMA_FX_PD2) {
+		f->pd2 = ibv_alloc_pd(f->ctx);
+		cr_assert_not_null(f->pd2, "ibv_alloc_pd(%s, second): %s",
+				   f->name, strerror(errno));
+		make_pair(f, f->pd2, f->qp2);
+		cr_log_info("rdma_fixture: %s second PD: QP %#x <-> QP %#x",
+			    f->name, f->qp2[0]->qp_num, f->qp2[1]->qp_num);
+	}
+	if (!(flags & (RDMA_FX_QP | RDMA_FX_PD2)))
 		cr_log_info("rdma_fixture: %s (vendor %#x part %u)", f->name,
 			    f->dev_attr.vendor_id, f->dev_attr.vendor_part_id);
 }
@@ -278,17 +292,25 @@ void rdma_fixture_close(struct rdma_fixture *f)
 {
 	int ret;
 
-	for (int i = 0; i < 2; i++) {
-		if (!f->qp[i])
+	for (int i = 0; i < 4; i++) {
+		struct ibv_qp **qp = i < 2 ? &f->qp[i] : &f->qp2[i - 2];
+
+		if (!*qp)
 			continue;
-		ret = ibv_destroy_qp(f->qp[i]);
+		ret = ibv_destroy_qp(*qp);
 		cr_assert_eq(ret, 0, "ibv_destroy_qp: %s", strerror(ret));
-		f->qp[i] = NULL;
+		*qp = NULL;
 	}
 	if (f->cq) {
 		ret = ibv_destroy_cq(f->cq);
 		cr_assert_eq(ret, 0, "ibv_destroy_cq: %s", strerror(ret));
 		f->cq = NULL;
+	}
+	if (f->pd2) {
+		ret = ibv_dealloc_pd(f->pd2);
+		cr_assert_eq(ret, 0, "ibv_dealloc_pd(second): %s (a leaked MR?)",
+			     strerror(ret));
+		f->pd2 = NULL;
 	}
 	if (f->pd) {
 		/* EBUSY here means an MR of this PD was never deregistered. */
@@ -310,6 +332,20 @@ int rdma_fixture_is_rxe(const struct rdma_fixture *f)
 	       f->dev_attr.vendor_part_id == 0;
 }
 
+void rdma_fixture_open_rxe(struct rdma_fixture *f, unsigned int flags,
+			   const char *why)
+{
+	char name[IBV_SYSFS_NAME_MAX];
+
+	rdma_fixture_open(f, flags);
+	if (rdma_fixture_is_rxe(f))
+		return;
+	/* f->name belongs to the device the close lets go. */
+	snprintf(name, sizeof(name), "%s", f->name);
+	rdma_fixture_close(f);
+	cr_skip_test("%s is not Soft-RoCE: %s", name, why);
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -327,15 +363,32 @@ static void drain_cq(struct rdma_fixture *f)
 		;
 }
 
-void rdma_fixture_reconnect(struct rdma_fixture *f)
+static void reset_pair(struct ibv_qp *qp[2])
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
 
-	cr_assert_not_null(f->qp[0], "rdma_fixture: opened without RDMA_FX_QP");
 	for (int i = 0; i < 2; i++)
-		modify(f->qp[i], &a, IBV_QP_STATE, "RESET");
+		modify(qp[i], &a, IBV_QP_STATE, "RESET");
+}
+
+static void reconnect_pair(struct rdma_fixture *f, struct ibv_qp *qp[2])
+{
+	reset_pair(qp);
 	drain_cq(f);
-	connect_pair(f);
+	connect_pair(f, qp);
+	f->reconnects++;
+}
+
+void rdma_fixture_reconnect(struct rdma_fixture *f)
+{
+	cr_assert_not_null(f->qp[0], "rdma_fixture: opened without RDMA_FX_QP");
+	reset_pair(f->qp);
+	if (f->qp2[0])
+		reset_pair(f->qp2);
+	drain_cq(f);
+	connect_pair(f, f->qp);
+	if (f->qp2[0])
+		connect_pair(f, f->qp2);
 	f->reconnects++;
 }
 
@@ -365,7 +418,18 @@ static struct ibv_wc wait_completion(struct rdma_fixture *f, uint64_t wr_id)
 	}
 }
 
+/* The QP pair of pd: f->qp for f->pd, f->qp2 for f->pd2. */
+static struct ibv_qp **pair_of(struct rdma_fixture *f, struct ibv_pd *pd)
+{
+	if (pd && pd == f->pd2)
+		return f->qp2;
+	cr_assert(pd == f->pd, "rdma_fixture: no QP pair in PD %p", (void *)pd);
+	cr_assert_not_null(f->qp[0], "rdma_fixture: opened without RDMA_FX_QP");
+	return f->qp;
+}
+
 static enum ibv_wc_status post_and_wait(struct rdma_fixture *f,
+					struct ibv_qp *qp[2],
 					enum ibv_wr_opcode op, void *local,
 					uint32_t lkey, uint64_t remote,
 					uint32_t rkey, size_t len)
@@ -389,37 +453,50 @@ static enum ibv_wc_status post_and_wait(struct rdma_fixture *f,
 	struct ibv_wc wc;
 	int ret;
 
-	cr_assert_not_null(f->qp[0], "rdma_fixture: opened without RDMA_FX_QP");
 	cr_assert(len > 0 && len <= f->port_attr.max_msg_sz,
 		  "RDMA %s of %zu bytes: outside 1..%u", what, len,
 		  f->port_attr.max_msg_sz);
-	ret = ibv_post_send(f->qp[0], &wr, &bad);
+	ret = ibv_post_send(qp[0], &wr, &bad);
 	cr_assert_eq(ret, 0, "ibv_post_send(RDMA %s): %s", what, strerror(ret));
 	wc = wait_completion(f, wr.wr_id);
 	if (wc.status != IBV_WC_SUCCESS) {
 		cr_log_info("RDMA %s %zu bytes lkey %#x -> %#llx rkey %#x: %s",
 			    what, len, lkey, (unsigned long long)remote, rkey,
 			    ibv_wc_status_str(wc.status));
-		rdma_fixture_reconnect(f);
+		reconnect_pair(f, qp);
 	}
 	return wc.status;
+}
+
+enum ibv_wc_status rdma_write_pd(struct rdma_fixture *f, struct ibv_pd *pd,
+				 const void *local_addr, uint32_t lkey,
+				 uint64_t remote_addr, uint32_t rkey, size_t len)
+{
+	/* The device only reads local memory for a WRITE. */
+	return post_and_wait(f, pair_of(f, pd), IBV_WR_RDMA_WRITE,
+			     (void *)local_addr, lkey, remote_addr, rkey, len);
+}
+
+enum ibv_wc_status rdma_read_pd(struct rdma_fixture *f, struct ibv_pd *pd,
+				void *local_addr, uint32_t lkey,
+				uint64_t remote_addr, uint32_t rkey, size_t len)
+{
+	return post_and_wait(f, pair_of(f, pd), IBV_WR_RDMA_READ, local_addr,
+			     lkey, remote_addr, rkey, len);
 }
 
 enum ibv_wc_status rdma_write(struct rdma_fixture *f, const void *local_addr,
 			      uint32_t lkey, uint64_t remote_addr,
 			      uint32_t rkey, size_t len)
 {
-	/* The device only reads local memory for a WRITE. */
-	return post_and_wait(f, IBV_WR_RDMA_WRITE, (void *)local_addr, lkey,
-			     remote_addr, rkey, len);
+	return rdma_write_pd(f, f->pd, local_addr, lkey, remote_addr, rkey, len);
 }
 
 enum ibv_wc_status rdma_read(struct rdma_fixture *f, void *local_addr,
 			     uint32_t lkey, uint64_t remote_addr,
 			     uint32_t rkey, size_t len)
 {
-	return post_and_wait(f, IBV_WR_RDMA_READ, local_addr, lkey,
-			     remote_addr, rkey, len);
+	return rdma_read_pd(f, f->pd, local_addr, lkey, remote_addr, rkey, len);
 }
 
 void *rdma_map(size_t len, int fill)
@@ -461,8 +538,8 @@ void rdma_expect_bytes_at(const char *file, int line, const void *buf,
 	cr_log_info("byte check: %s: %zu bytes of '%c' ok", what, len, want);
 }
 
-void rdma_expect_same_at(const char *file, int line, const void *got,
-			 const void *want, size_t len, const char *what)
+void rdma_check_same_at(const char *file, int line, const void *got,
+			const void *want, size_t len, const char *what)
 {
 	const unsigned char *g = got, *w = want;
 	size_t i = 0;
@@ -472,6 +549,12 @@ void rdma_expect_same_at(const char *file, int line, const void *got,
 	cr_assert_eq(i, len, "%s:%d: %s: byte %zu of %zu is %#04x, expected %#04x",
 		     file, line, what, i, len, i < len ? g[i] : 0,
 		     i < len ? w[i] : 0);
+}
+
+void rdma_expect_same_at(const char *file, int line, const void *got,
+			 const void *want, size_t len, const char *what)
+{
+	rdma_check_same_at(file, line, got, want, len, what);
 	cr_log_info("byte check: %s: %zu bytes match", what, len);
 }
 

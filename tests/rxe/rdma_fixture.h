@@ -5,7 +5,8 @@
  * MRMGR_TEST_DEVICE), a protection domain, and on request a loopback RC QP
  * pair: two QPs on the same port connected to each other, sharing one CQ,
  * so a test can RDMA WRITE and READ between two buffers of its own process
- * and see, byte for byte, where the device put the data.
+ * and see, byte for byte, where the device put the data. On request also a
+ * second PD with a loopback pair of its own (RDMA_FX_PD2).
  *
  * Typical use:
  *
@@ -55,6 +56,12 @@
 enum rdma_fixture_flags {
 	/* A CQ and a connected loopback RC QP pair (needs an ACTIVE port). */
 	RDMA_FX_QP = 1u << 0,
+	/*
+	 * Also a second PD (pd2) with a loopback RC QP pair of its own (qp2,
+	 * same port and CQ), for registrations moved to another PD: the
+	 * device lets a QP reach only MRs of its own PD. Implies RDMA_FX_QP.
+	 */
+	RDMA_FX_PD2 = 1u << 1,
 };
 
 struct rdma_fixture {
@@ -71,6 +78,10 @@ struct rdma_fixture {
 	struct ibv_cq *cq;               /* completions of both QPs */
 	struct ibv_qp *qp[2];            /* qp[0] posts, qp[1] is the peer */
 	unsigned int reconnects;         /* QP resets after error completions */
+
+	/* Only with RDMA_FX_PD2: */
+	struct ibv_pd *pd2;
+	struct ibv_qp *qp2[2];           /* in pd2; qp2[0] posts */
 };
 
 /*
@@ -84,6 +95,13 @@ void rdma_fixture_close(struct rdma_fixture *f);
 
 /* True on Soft-RoCE (rdma_rxe), whose verbs facts some tests assert. */
 int rdma_fixture_is_rxe(const struct rdma_fixture *f);
+
+/*
+ * rdma_fixture_open(), then, on a device that is not Soft-RoCE, close it
+ * again and skip the test, saying why (for tests of rxe facts).
+ */
+void rdma_fixture_open_rxe(struct rdma_fixture *f, unsigned int flags,
+			   const char *why);
 
 /*
  * RDMA WRITE @p len bytes from @p local_addr (covered by @p lkey) to
@@ -100,7 +118,20 @@ enum ibv_wc_status rdma_read(struct rdma_fixture *f, void *local_addr,
 			     uint32_t lkey, uint64_t remote_addr,
 			     uint32_t rkey, size_t len);
 
-/* Reset both QPs and connect them again (the helpers do it after errors). */
+/*
+ * rdma_write() and rdma_read() over the QP pair of @p pd: f->pd (the
+ * pair rdma_write() uses) or f->pd2 (RDMA_FX_PD2). Both keys must belong
+ * to MRs of @p pd; the device refuses any other with an access error.
+ */
+enum ibv_wc_status rdma_write_pd(struct rdma_fixture *f, struct ibv_pd *pd,
+				 const void *local_addr, uint32_t lkey,
+				 uint64_t remote_addr, uint32_t rkey, size_t len);
+enum ibv_wc_status rdma_read_pd(struct rdma_fixture *f, struct ibv_pd *pd,
+				void *local_addr, uint32_t lkey,
+				uint64_t remote_addr, uint32_t rkey, size_t len);
+
+/* Reset every QP and connect the pairs again (the helpers do it after
+ * errors, for the pair that failed). */
 void rdma_fixture_reconnect(struct rdma_fixture *f);
 
 /* A fresh anonymous read-write mapping of @p len bytes filled with @p fill. */
@@ -125,10 +156,17 @@ void rdma_remap_same_address(void *addr, size_t len, int fill);
 #define rdma_expect_same(got, want, len, what) \
 	rdma_expect_same_at(__FILE__, __LINE__, got, want, len, what)
 
+/* rdma_expect_same() without the log line, for checks repeated hundreds
+ * of times; a failure says as much. */
+#define rdma_check_same(got, want, len, what) \
+	rdma_check_same_at(__FILE__, __LINE__, got, want, len, what)
+
 void rdma_expect_bytes_at(const char *file, int line, const void *buf,
 			  size_t len, int byte, const char *what);
 void rdma_expect_same_at(const char *file, int line, const void *got,
 			 const void *want, size_t len, const char *what);
+void rdma_check_same_at(const char *file, int line, const void *got,
+			const void *want, size_t len, const char *what);
 
 /*
  * Fill @p buf with a byte pattern that differs between neighbouring bytes

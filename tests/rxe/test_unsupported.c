@@ -24,14 +24,7 @@
 
 static void open_rxe(struct rdma_fixture *f, unsigned int flags)
 {
-	rdma_fixture_open(f, flags);
-	if (!rdma_fixture_is_rxe(f)) {
-		char name[IBV_SYSFS_NAME_MAX];
-
-		snprintf(name, sizeof(name), "%s", f->name);
-		rdma_fixture_close(f);
-		cr_skip_test("%s is not Soft-RoCE: these are rxe facts", name);
-	}
+	rdma_fixture_open_rxe(f, flags, "these are rxe facts");
 }
 
 Test(rxe_unsupported, rereg_mr_fails_with_eopnotsupp_and_the_mr_still_deregisters)

@@ -26,10 +26,15 @@ static struct mrmgr_sim_attr __attribute__((unused)) sim_rxe = {
 
 static inline struct mrmgr_cache_attr cattr(uint64_t flags)
 {
+	/* These suites test the rereg contract, not memory events: the
+	 * program reports changes itself (external monitoring), under which
+	 * a get's growth rereg's in place (see grow.c). */
 	struct mrmgr_cache_attr a = {
-		.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES | MRMGR_CACHE_ATTR_FLAGS,
+		.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES | MRMGR_CACHE_ATTR_FLAGS |
+			     MRMGR_CACHE_ATTR_MONITOR,
 		.max_bytes = 1ull << 32,
 		.flags = flags,
+		.monitor = MRMGR_MONITOR_EXTERNAL,
 	};
 	return a;
 }

@@ -392,9 +392,15 @@ Test(cache, stale_registration_after_remap)
 	const size_t len = 64 * KiB;
 	char *buf = map_rw(len, 'A');
 
+	/* Monitoring off: this test shows the hazard the monitor removes
+	 * (test_monitor*.c show it removed). */
+	struct mrmgr_cache_attr unmonitored = big;
+
+	unmonitored.comp_mask |= MRMGR_CACHE_ATTR_MONITOR;
+	unmonitored.monitor = MRMGR_MONITOR_NONE;
 	if (!mrmgr_sim_page_identity_available())
 		cr_skip_test("page identity needs /proc/self/pagemap PFNs (root)");
-	fx_open(&f, NULL, &big);
+	fx_open(&f, NULL, &unmonitored);
 	cr_assert_eq(mrmgr_get(f.cache, buf, len, RW, &r), 0);
 	mrmgr_put(r);
 	remap_fixed(buf, len, 'B');

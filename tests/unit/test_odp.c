@@ -690,6 +690,12 @@ static void check_survives_remap(uint32_t mode)
 	struct mrmgr_cache_attr a = odp_attr(mode, 0);
 	mrmgr_region_t *r, *r2;
 	const size_t len = 16 * PG;
+
+	/* memfd memory, which only the application can vouch for: the cache
+	 * is told of changes (external monitoring), here deliberately not,
+	 * to show that an ODP registration is never stale anyway. */
+	a.comp_mask |= MRMGR_CACHE_ATTR_MONITOR;
+	a.monitor = MRMGR_MONITOR_EXTERNAL;
 	int fd1, fd2;
 	char *buf = map_memfd(NULL, len, 'A', &fd1), *w = malloc(len);
 

@@ -1,0 +1,405 @@
+/*
+ * libmrmgr_hooks.so - an optional memory-event source for libmrmgr, for
+ * processes where userfaultfd is refused (container seccomp profiles,
+ * vm.unprivileged_userfaultfd on kernels before 5.11).
+ *
+ * It interposes the libc calls that unmap, move or discard memory and
+ * reports each change with mrmgr_notify_unmap() after the call returns.
+ * Interposition is plain symbol lookup order: the library must be in the
+ * global scope ahead of libc (LD_PRELOAD, or linked before libc). There is
+ * no run-time code patching, so nothing races with running threads.
+ *
+ *   munmap, mmap/mmap64 with MAP_FIXED, mremap, madvise(DONTNEED, FREE,
+ *   REMOVE, DONTNEED_LOCKED), brk, sbrk, shmdt;
+ *   free, realloc, reallocarray of glibc chunks glibc mmap'd (glibc
+ *   unmaps those with internal calls no interposer can see);
+ *   malloc_trim (reported as "everything changed").
+ *
+ * And it sets M_TRIM_THRESHOLD to its maximum at load (MRMGR_HOOKS_MALLOPT=0
+ * leaves it), so glibc never gives heap memory back with its internal
+ * madvise/munmap; main-arena shrinks that still happen are seen by
+ * comparing the break around free().
+ *
+ * What it cannot see: raw syscall(SYS_munmap, ...) and the like; calls
+ * from code that does not go through the dynamic symbol table (static
+ * binaries, libraries with their own libc, inline system calls); another
+ * allocator's internal releases when it is not the one that calls these
+ * functions; memory changed by other processes (shared mappings, which
+ * libmrmgr never lets these hooks vouch for).
+ *
+ * The wrappers allocate nothing, take no lock and do not log.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <malloc.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <mrmgr/mrmgr.h>
+
+#include "hooks_abi.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24
+#endif
+
+extern void __libc_free(void *);
+
+static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
+static int (*real_munmap)(void *, size_t);
+static void *(*real_mremap)(void *, size_t, size_t, int, ...);
+static int (*real_madvise)(void *, size_t, int);
+static int (*real_brk)(void *);
+static void *(*real_sbrk)(intptr_t);
+static int (*real_shmdt)(const void *);
+static void (*real_free)(void *);
+static void *(*real_realloc)(void *, size_t);
+static void *(*real_reallocarray)(void *, size_t, size_t);
+static int (*real_malloc_trim)(size_t);
+static unsigned int info;
+static int resolving;
+
+static void resolve(void)
+{
+	if (__atomic_load_n(&info, __ATOMIC_ACQUIRE) & MRMGR__HOOKS_READY)
+		return;
+	if (__atomic_exchange_n(&resolving, 1, __ATOMIC_ACQ_REL))
+		return; /* dlsym() called back into us: use the fallbacks */
+	real_mmap = (void *(*)(void *, size_t, int, int, int, off_t))dlsym(RTLD_NEXT, "mmap");
+	real_munmap = (int (*)(void *, size_t))dlsym(RTLD_NEXT, "munmap");
+	real_mremap = (void *(*)(void *, size_t, size_t, int, ...))dlsym(RTLD_NEXT, "mremap");
+	real_madvise = (int (*)(void *, size_t, int))dlsym(RTLD_NEXT, "madvise");
+	real_brk = (int (*)(void *))dlsym(RTLD_NEXT, "brk");
+	real_sbrk = (void *(*)(intptr_t))dlsym(RTLD_NEXT, "sbrk");
+	real_shmdt = (int (*)(const void *))dlsym(RTLD_NEXT, "shmdt");
+	real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+	real_reallocarray = (void *(*)(void *, size_t, size_t))dlsym(RTLD_NEXT, "reallocarray");
+	real_malloc_trim = (int (*)(size_t))dlsym(RTLD_NEXT, "malloc_trim");
+	real_free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+	{
+		unsigned int i = MRMGR__HOOKS_READY;
+
+		/* Chunk headers are only read when the next free() is glibc's. */
+		if (real_free == __libc_free)
+			i |= MRMGR__HOOKS_GLIBC_MALLOC;
+		if (!real_mmap || !real_munmap || !real_mremap || !real_madvise ||
+		    !real_brk || !real_sbrk || !real_shmdt || !real_free ||
+		    !real_realloc || !real_malloc_trim)
+			i &= ~(unsigned int)MRMGR__HOOKS_READY;
+		__atomic_store_n(&info, i | (info & MRMGR__HOOKS_NO_TRIM),
+				 __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&resolving, 0, __ATOMIC_RELEASE);
+}
+
+__attribute__((constructor)) static void hooks_init(void)
+{
+	const char *e = getenv("MRMGR_HOOKS_MALLOPT");
+
+	resolve();
+	if ((!e || strcmp(e, "0")) && (info & MRMGR__HOOKS_GLIBC_MALLOC) &&
+	    mallopt(M_TRIM_THRESHOLD, INT_MAX))
+		__atomic_fetch_or(&info, MRMGR__HOOKS_NO_TRIM, __ATOMIC_RELEASE);
+}
+
+EXPORT unsigned int mrmgr_hooks_info(void)
+{
+	resolve();
+	return __atomic_load_n(&info, __ATOMIC_ACQUIRE);
+}
+
+static void report(const void *addr, size_t len)
+{
+	if (len)
+		(void)mrmgr_notify_unmap((void *)(uintptr_t)addr, len);
+}
+
+static void report_all(void)
+{
+	(void)mrmgr_notify_unmap(NULL, SIZE_MAX);
+}
+
+/* ------------------------------------------------------------ mappings */
+
+static void *do_mmap(void *a, size_t l, int prot, int flags, int fd, off_t off)
+{
+	void *p;
+
+	resolve();
+	p = real_mmap ? real_mmap(a, l, prot, flags, fd, off)
+		      : (void *)syscall(SYS_mmap, a, l, prot, flags, fd, off);
+	/* MAP_FIXED replaces what was there; MAP_FIXED_NOREPLACE cannot. */
+	if (p != MAP_FAILED && (flags & MAP_FIXED))
+		report(p, l);
+	return p;
+}
+
+EXPORT void *mmap(void *a, size_t l, int prot, int flags, int fd, off_t off)
+{
+	return do_mmap(a, l, prot, flags, fd, off);
+}
+
+EXPORT void *mmap64(void *a, size_t l, int prot, int flags, int fd, off_t off)
+{
+	return do_mmap(a, l, prot, flags, fd, off);
+}
+
+EXPORT int munmap(void *a, size_t l)
+{
+	int r;
+
+	resolve();
+	r = real_munmap ? real_munmap(a, l) : (int)syscall(SYS_munmap, a, l);
+	if (r == 0)
+		report(a, l);
+	return r;
+}
+
+EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
+{
+	void *dest = NULL, *p;
+	va_list ap;
+
+	if (flags & MREMAP_FIXED) {
+		va_start(ap, flags);
+		dest = va_arg(ap, void *);
+		va_end(ap);
+	}
+	resolve();
+	p = real_mremap ? real_mremap(old, old_len, new_len, flags, dest)
+			: (void *)syscall(SYS_mremap, old, old_len, new_len, flags, dest);
+	if (p == MAP_FAILED)
+		return p;
+	if (p != old)   /* moved (or MREMAP_DONTUNMAP): the old pages left */
+		report(old, old_len);
+	else if (new_len < old_len)
+		report((char *)old + new_len, old_len - new_len);
+	if (flags & MREMAP_FIXED) /* whatever was at dest was unmapped */
+		report(p, new_len);
+	return p;
+}
+
+EXPORT int madvise(void *a, size_t l, int advice)
+{
+	int r;
+
+	resolve();
+	r = real_madvise ? real_madvise(a, l, advice)
+			 : (int)syscall(SYS_madvise, a, l, advice);
+	if (r == 0 && (advice == MADV_DONTNEED || advice == MADV_FREE ||
+		       advice == MADV_REMOVE || advice == MADV_DONTNEED_LOCKED))
+		report(a, l);
+	return r;
+}
+
+EXPORT int brk(void *a)
+{
+	char *before, *after;
+	int r;
+
+	resolve();
+	if (!real_brk || !real_sbrk)
+		return -1;
+	before = real_sbrk(0);
+	r = real_brk(a);
+	after = real_sbrk(0);
+	if (r == 0 && after < before)
+		report(after, (size_t)(before - after));
+	return r;
+}
+
+EXPORT void *sbrk(intptr_t inc)
+{
+	char *old;
+
+	resolve();
+	if (!real_sbrk)
+		return (void *)-1;
+	old = real_sbrk(inc);
+	if (old != (void *)-1 && inc < 0)
+		report(old + inc, (size_t)-inc);
+	return old;
+}
+
+/* The extent of the segment attached at a: consecutive VMAs of one inode. */
+static size_t shm_extent(const void *a)
+{
+	char buf[4096];
+	uint64_t want = (uintptr_t)a, end = 0, inode = 0;
+	size_t have = 0;
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC), found = 0;
+
+	if (fd < 0)
+		return 0;
+	for (;;) {
+		ssize_t n = read(fd, buf + have, sizeof(buf) - have - 1);
+		char *line = buf, *nl;
+
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		buf[have] = '\0';
+		while ((nl = strchr(line, '\n'))) {
+			char *p = line;
+			uint64_t s = strtoull(p, &p, 16), e = strtoull(p + 1, &p, 16), ino;
+
+			for (int f = 0; f < 4 && p; f++) /* perms offset dev inode */
+				p = strchr(p + 1, ' ');
+			ino = p ? strtoull(p, NULL, 10) : 0;
+			if (!found && s == want) {
+				found = 1;
+				end = e;
+				inode = ino;
+			} else if (found) {
+				if (s != end || ino != inode) {
+					close(fd);
+					return (size_t)(end - want);
+				}
+				end = e;
+			}
+			line = nl + 1;
+		}
+		have -= (size_t)(line - buf);
+		memmove(buf, line, have);
+		if (have == sizeof(buf) - 1)
+			have = 0; /* an absurdly long line */
+	}
+	close(fd);
+	return found ? (size_t)(end - want) : 0;
+}
+
+EXPORT int shmdt(const void *a)
+{
+	size_t len;
+	int r;
+
+	resolve();
+	if (!real_shmdt)
+		return (int)syscall(SYS_shmdt, a);
+	len = shm_extent(a);
+	r = real_shmdt(a);
+	if (r == 0) {
+		if (len)
+			report(a, len);
+		else
+			report_all();
+	}
+	return r;
+}
+
+/* ------------------------------------------------------------ malloc */
+
+/*
+ * glibc's chunk header, just before the pointer malloc() returned: the
+ * size word's bit 1 (IS_MMAPPED) marks a chunk with a mapping of its own,
+ * which free() unmaps [p - 16 - prev_size, + prev_size + size) with an
+ * internal munmap (malloc/malloc.c: munmap_chunk; stable since 2.26).
+ */
+static int glibc_mmapped(const void *p, const void **base, size_t *len)
+{
+	const size_t *h = (const size_t *)p;
+	size_t size, prev;
+
+	if (!p || !(info & MRMGR__HOOKS_GLIBC_MALLOC))
+		return 0;
+	size = h[-1];
+	if (!(size & 2))
+		return 0;
+	prev = h[-2];
+	*base = (const char *)p - 2 * sizeof(size_t) - prev;
+	*len = (size & ~(size_t)7) + prev;
+	return 1;
+}
+
+EXPORT void free(void *p)
+{
+	const void *base;
+	size_t len;
+	char *before, *after;
+
+	resolve();
+	if (!real_free) {
+		/* Called from dlsym() while resolving: leak rather than guess
+		 * which allocator owns it. */
+		return;
+	}
+	if (glibc_mmapped(p, &base, &len)) {
+		real_free(p);
+		report(base, len);
+		return;
+	}
+	if (!p || !(info & MRMGR__HOOKS_GLIBC_MALLOC) || !real_sbrk) {
+		real_free(p);
+		return;
+	}
+	before = real_sbrk(0);
+	real_free(p);
+	after = real_sbrk(0);
+	if (after < before) /* the main arena gave its top back */
+		report(after, (size_t)(before - after));
+}
+
+static void *after_realloc(void *p, size_t n, void *q, int mmapped,
+			   const void *base, size_t len)
+{
+	/* Failed with the old block intact: nothing changed. */
+	if (!q && n)
+		return q;
+	(void)p;
+	if (mmapped)
+		report(base, len);
+	return q;
+}
+
+EXPORT void *realloc(void *p, size_t n)
+{
+	const void *base = NULL;
+	size_t len = 0;
+	int m;
+
+	resolve();
+	if (!real_realloc)
+		return NULL;
+	m = glibc_mmapped(p, &base, &len);
+	return after_realloc(p, n, real_realloc(p, n), m, base, len);
+}
+
+EXPORT void *reallocarray(void *p, size_t nmemb, size_t size)
+{
+	const void *base = NULL;
+	size_t len = 0;
+	int m;
+
+	resolve();
+	if (!real_reallocarray)
+		return NULL;
+	m = glibc_mmapped(p, &base, &len);
+	return after_realloc(p, nmemb * size, real_reallocarray(p, nmemb, size),
+			     m, base, len);
+}
+
+EXPORT int malloc_trim(size_t pad)
+{
+	int r;
+
+	resolve();
+	if (!real_malloc_trim)
+		return 0;
+	r = real_malloc_trim(pad);
+	/* It madvise()s free chunks of every arena with internal calls. */
+	report_all();
+	return r;
+}

@@ -1,0 +1,318 @@
+/*
+ * Aliases: the same pages mapped a second time and registered again.
+ *
+ * Memory from a shared file (memfd, POSIX shm, a MAP_SHARED file) can be
+ * mapped twice; a second registration of the second mapping, in another
+ * PD or with other access, shares the physical pages with the first. It is
+ * the modern form of MLNX_OFED's ibv_exp_reg_shared_mr() (which did the
+ * mapping in the kernel, mlx4 only), built from ordinary calls:
+ *
+ *   mrmgr_region_alias(region, fd, offset, pd, access, &alias)
+ *     checks in /proc/self/maps that the region's memory is the shared
+ *     mapping of fd at offset (same device and inode, MAP_SHARED, one
+ *     mapping covering the region), maps [offset, +len) of fd again at an
+ *     address with the original's offset within MRMGR__ALIAS_ALIGN (4 MiB:
+ *     the same huge-page geometry), registers it, and adds it to the
+ *     region's share set.
+ *
+ * Why the share set: an alias is a second way to reach the region's
+ * memory, so it follows the region's rules. It pins the region (the
+ * owner's MR is not deregistered before its in-process members, and the
+ * cache is not destroyed under them); the region is SHARED, so it is never
+ * re-registered in place; invalidation of the region revokes the alias
+ * (if the file was truncated or replaced, the alias MR pins pages the
+ * program no longer sees). The alias's own mapping stays until
+ * mrmgr_alias_destroy(), so its address is never reused under the MR.
+ *
+ * Aliases are explicit objects, like held regions: they are not counted
+ * against the cache's max_regions or max_bytes (share_aliases counts
+ * them).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "log.h"
+#include "share.h"
+
+#define WRITE_ACCESS                                                        \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |                  \
+	 IBV_ACCESS_REMOTE_ATOMIC)
+
+/*
+ * Is [start, start+len) one MAP_SHARED mapping of the file st describes,
+ * at file offset off? 0, or EINVAL with the reason in *why.
+ */
+static int same_file_pages(uint64_t start, uint64_t len, const struct stat *st,
+			   uint64_t off, const char **why)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char *line = NULL;
+	size_t cap = 0;
+	int ret = EINVAL;
+
+	*why = "no mapping covers the region";
+	if (!f) {
+		*why = "/proc/self/maps cannot be read";
+		return EINVAL;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		unsigned long lo, hi, fo, ino;
+		unsigned int maj, mnr;
+		char perms[5];
+
+		if (sscanf(line, "%lx-%lx %4s %lx %x:%x %lu", &lo, &hi, perms, &fo,
+			   &maj, &mnr, &ino) != 7 ||
+		    start < lo || start >= hi)
+			continue;
+		if (start + len > hi)
+			*why = "the region spans several mappings";
+		else if (perms[3] != 's')
+			*why = "the mapping is private (MAP_PRIVATE): its pages are not the file's";
+		else if (ino != st->st_ino || maj != major(st->st_dev) ||
+			 mnr != minor(st->st_dev))
+			*why = "the mapping is of another file";
+		else if (fo + (start - lo) != off)
+			*why = "the region is at another offset of the file";
+		else
+			ret = 0;
+		break;
+	}
+	free(line);
+	fclose(f);
+	return ret;
+}
+
+/* Map len bytes of fd at off, with start's offset within the alignment. */
+static void *map_aligned(int fd, uint64_t off, uint64_t len, uint64_t start,
+			 int prot)
+{
+	const uint64_t align = MRMGR__ALIAS_ALIGN;
+	uint64_t span = len + 2 * align, a, want;
+	void *res, *p;
+
+	res = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		   -1, 0);
+	if (res == MAP_FAILED)
+		return MAP_FAILED;
+	a = (uint64_t)(uintptr_t)res;
+	want = ((a + align - 1) & ~(align - 1)) + (start & (align - 1));
+	p = mmap((void *)(uintptr_t)want, len, prot, MAP_SHARED | MAP_FIXED, fd,
+		 (off_t)off);
+	if (p == MAP_FAILED) {
+		munmap(res, span);
+		return MAP_FAILED;
+	}
+	/* Give back the slack on both sides. */
+	if (want > a)
+		munmap(res, want - a);
+	if (a + span > want + len)
+		munmap((void *)(uintptr_t)(want + len), a + span - (want + len));
+	return p;
+}
+
+static void alias_unlink(struct mrmgr_cache *c, struct mrmgr_alias *al)
+{
+	struct mrmgr__share *sh = al->r->share;
+
+	if (al->prev)
+		al->prev->next = al->next;
+	else
+		sh->aliases = al->next;
+	if (al->next)
+		al->next->prev = al->prev;
+	al->next = al->prev = NULL;
+	sh->naliases--;
+	c->st.share_aliases--;
+	mrmgr__share_member_gone(c, al->r);
+}
+
+MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
+				    struct ibv_pd *pd, unsigned int access,
+				    mrmgr_alias_t **out)
+{
+	struct mrmgr_cache *c;
+	struct mrmgr_alias *al;
+	const char *why = "";
+	struct ibv_mr *mr = NULL;
+	struct stat st;
+	uint64_t start, len;
+	void *p;
+	int ret;
+
+	if (!r || !out || fd < 0) {
+		mrmgr__err("mrmgr_region_alias: %s", !r ? "NULL region"
+				   : !out ? "NULL alias pointer" : "bad descriptor");
+		return EINVAL;
+	}
+	c = r->cache;
+	ret = mrmgr__cache_check_access("mrmgr_region_alias", access);
+	if (ret)
+		return ret;
+	if (!pd)
+		pd = mrmgr__region_plain_mr(r) ? mrmgr__region_plain_mr(r)->pd : c->pd;
+	if (mrmgr__backend_for(pd) != c->be) {
+		mrmgr__err("mrmgr_region_alias: the PD is of another backend than "
+			   "the cache's");
+		return EINVAL;
+	}
+	if (fstat(fd, &st) != 0) {
+		ret = errno;
+		mrmgr__err("mrmgr_region_alias: fd %d: %s", fd, strerror(ret));
+		return ret == EBADF ? EINVAL : ret;
+	}
+	start = mrmgr__region_start(r);
+	len = mrmgr__region_len(r);
+	ret = same_file_pages(start, len, &st, offset, &why);
+	if (ret) {
+		mrmgr__err("mrmgr_region_alias: [%#llx, +%llu) is not fd %d at "
+			   "offset %llu: %s", (unsigned long long)start,
+			   (unsigned long long)len, fd, (unsigned long long)offset,
+			   why);
+		return ret;
+	}
+	al = calloc(1, sizeof(*al));
+	if (!al)
+		return ENOMEM;
+	p = map_aligned(fd, offset, len, start,
+			PROT_READ | (access & WRITE_ACCESS ? PROT_WRITE : 0));
+	if (p == MAP_FAILED) {
+		ret = errno;
+		free(al);
+		mrmgr__err("mrmgr_region_alias: mapping fd %d again: %s", fd,
+			   strerror(ret));
+		return ret;
+	}
+	ret = c->be->reg_mr(pd, p, len, (int)access, &mr);
+	if (ret) {
+		munmap(p, len);
+		free(al);
+		mrmgr__err("mrmgr_region_alias: registering the alias at %p: %s",
+			   p, strerror(ret));
+		return ret;
+	}
+
+	pthread_mutex_lock(&c->lock);
+	if (mrmgr__region_state(r) != MRMGR__REGION_LIVE)
+		ret = ESTALE; /* invalidated meanwhile: not the file's pages */
+	if (!ret)
+		ret = mrmgr__share_cache_get(c);
+	if (!ret)
+		ret = mrmgr__share_get(c, r);
+	if (ret) {
+		pthread_mutex_unlock(&c->lock);
+		c->be->dereg_mr(mr);
+		munmap(p, len);
+		free(al);
+		if (ret == ESTALE)
+			mrmgr__err("mrmgr_region_alias: the region is no longer in "
+				   "the cache; get it again");
+		return ret;
+	}
+	al->cache = c;
+	al->r = r;
+	al->mr = mr;
+	al->addr = p;
+	al->len = len;
+	al->access = access;
+	al->next = r->share->aliases;
+	if (al->next)
+		al->next->prev = al;
+	r->share->aliases = al;
+	r->share->naliases++;
+	c->st.share_aliases++;
+	c->st.registrations++;
+	mrmgr__share_pin(c, r); /* dropped by the destroy */
+	pthread_mutex_unlock(&c->lock);
+	mrmgr__dbg("alias of [%#llx, +%llu) at %p: keys %#x/%#x",
+		   (unsigned long long)start, (unsigned long long)len, p,
+		   mr->lkey, mr->rkey);
+	*out = al;
+	return 0;
+}
+
+/* Cache lock held: revoke by force (destroy_ex): the MR goes, the mapping
+ * stays for mrmgr_alias_destroy(). Returns the region to unpin. */
+struct mrmgr_region *mrmgr__alias_force(struct mrmgr_cache *c,
+					struct mrmgr_alias *al)
+{
+	struct mrmgr_region *r = al->r;
+	int ret;
+
+	alias_unlink(c, al);
+	__atomic_store_n(&al->revoked, 1, __ATOMIC_RELEASE);
+	ret = c->be->dereg_mr(al->mr);
+	if (ret)
+		mrmgr__err("deregistering alias %p failed: %s; abandoned",
+			   al->addr, strerror(ret));
+	else
+		c->st.deregistrations++;
+	al->mr = NULL;
+	al->cache = NULL;
+	al->r = NULL;
+	return r;
+}
+
+MRMGR_EXPORT int mrmgr_alias_destroy(mrmgr_alias_t *al)
+{
+	struct mrmgr_cache *c;
+	int ret = 0;
+
+	if (!al) {
+		mrmgr__err("mrmgr_alias_destroy: NULL alias");
+		return EINVAL;
+	}
+	c = al->cache;
+	if (c) {
+		pthread_mutex_lock(&c->lock);
+		alias_unlink(c, al);
+		ret = c->be->dereg_mr(al->mr);
+		if (ret)
+			mrmgr__err("mrmgr_alias_destroy: deregistering %p: %s; "
+				   "the MR is abandoned", al->addr, strerror(ret));
+		else
+			c->st.deregistrations++;
+		mrmgr__cache_unref_locked(c, al->r,
+					  mrmgr__thread_slot() & (c->nstripes - 1));
+		pthread_mutex_unlock(&c->lock);
+	}
+	munmap(al->addr, al->len);
+	free(al);
+	return 0;
+}
+
+MRMGR_EXPORT void *mrmgr_alias_addr(const mrmgr_alias_t *al)
+{
+	return al ? al->addr : NULL;
+}
+
+MRMGR_EXPORT struct ibv_mr *mrmgr_alias_mr(const mrmgr_alias_t *al)
+{
+	return al ? al->mr : NULL;
+}
+
+MRMGR_EXPORT uint32_t mrmgr_alias_lkey(const mrmgr_alias_t *al)
+{
+	return al && al->mr ? al->mr->lkey : 0;
+}
+
+MRMGR_EXPORT uint32_t mrmgr_alias_rkey(const mrmgr_alias_t *al)
+{
+	return al && al->mr ? al->mr->rkey : 0;
+}
+
+MRMGR_EXPORT int mrmgr_alias_revoked(const mrmgr_alias_t *al)
+{
+	return al ? __atomic_load_n(&al->revoked, __ATOMIC_ACQUIRE) : 0;
+}

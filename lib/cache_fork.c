@@ -1,0 +1,147 @@
+/*
+ * fork(): a child never uses its parent's cached regions.
+ *
+ * The child's copy of a cache describes MRs of the parent's device
+ * context (with libibverbs, deregistering one in the child would destroy
+ * the parent's MR through the shared command descriptor) and pages the
+ * child shares copy-on-write at best. So in the child every cache forgets
+ * them without deregistering, and starts empty; regions the forking
+ * thread still holds are abandoned (their put does nothing). The monitor
+ * starts again in the child: the parent's userfaultfd reader thread does
+ * not exist there and its registrations did not survive the fork.
+ *
+ * The parent keeps its regions when they survive a fork: current kernels
+ * copy pinned pages for the child (ibv_is_fork_initialized() says
+ * IBV_FORK_UNNEEDED), and ibv_fork_init() (IBV_FORK_ENABLED) keeps them
+ * out of the child. When they do not (IBV_FORK_DISABLED: the parent's
+ * next store to a shared page moves it, leaving the MR on the old page;
+ * and the simulated HCA, which holds pages like pre-5.9 kernels), the
+ * parent's caches are purged as if everything were unmapped.
+ *
+ * pthread_atfork: prepare takes the list lock, every cache lock and the
+ * monitor lock, so the child copies consistent state; no lock is ever
+ * taken in the other order. vfork()/posix_spawn() and raw clone() run no
+ * handlers: they must exec (or _exit) without using libmrmgr.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "cache.h"
+#include "log.h"
+#include "monitor.h"
+
+static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mrmgr_cache *caches;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void prepare(void)
+{
+	pthread_mutex_lock(&list_lock);
+	for (struct mrmgr_cache *c = caches; c; c = c->mon.fork_next) {
+		/* May have changed since creation (ibv_fork_init()). */
+		if (c->mon.fork_status >= 0)
+			c->mon.fork_status = (int)ibv_is_fork_initialized();
+		pthread_mutex_lock(&c->lock);
+	}
+	pthread_mutex_lock(&mrmgr__mon_lock);
+}
+
+static void unlock_all(void)
+{
+	pthread_mutex_unlock(&mrmgr__mon_lock);
+	for (struct mrmgr_cache *c = caches; c; c = c->mon.fork_next)
+		pthread_mutex_unlock(&c->lock);
+}
+
+static void parent(void)
+{
+	unlock_all();
+	for (struct mrmgr_cache *c = caches; c; c = c->mon.fork_next) {
+		if (c->mon.fork_status != -1 &&
+		    c->mon.fork_status != (int)IBV_FORK_DISABLED)
+			continue;
+		pthread_mutex_lock(&c->lock);
+		mrmgr__cache_invalidate_locked(c, 0, UINT64_MAX);
+		c->mon.fork_purges++;
+		pthread_mutex_unlock(&c->lock);
+	}
+	pthread_mutex_unlock(&list_lock);
+}
+
+/* Forget every region of c. Only this thread exists; no allocation. */
+static void forget_all(struct mrmgr_cache *c)
+{
+	c->free_list = NULL;
+	for (size_t i = c->nall; i-- > 0;) {
+		struct mrmgr_region *r = c->all[i];
+		int st = mrmgr__region_state(r);
+
+		r->watched = 0;
+		if (st == MRMGR__REGION_ABANDONED)
+			continue;
+		if (st != MRMGR__REGION_FREE &&
+		    (st == MRMGR__REGION_DETACHED ||
+		     mrmgr__region_refs(r, c->nstripes) != 0)) {
+			/* Held by the forking thread (or by a thread that does
+			 * not exist here): never recycled, its put is a no-op. */
+			mrmgr__region_set_state(r, MRMGR__REGION_ABANDONED);
+			continue;
+		}
+		r->mr = NULL;
+		r->lru.prev = r->lru.next = NULL;
+		mrmgr__region_set_state(r, MRMGR__REGION_FREE);
+		r->free_next = c->free_list;
+		c->free_list = r;
+	}
+	c->seq += 2;
+	mrmgr__itree_init(&c->tree);
+	mrmgr__lookup_clear(c); /* the tree's index goes with it */
+	c->lru.prev = c->lru.next = &c->lru;
+	c->held.prev = c->held.next = &c->held;
+	c->nregions = c->ncached = c->pinned_bytes = 0;
+	mrmgr__mon_queue_attach(&c->mon, &c->mon_seen);
+	c->mon.fork_purges++;
+}
+
+static void child(void)
+{
+	mrmgr__mon_queue_fork_child();
+	mrmgr__uffd_fork_child();
+	mrmgr__watch_fork_child();
+	for (struct mrmgr_cache *c = caches; c; c = c->mon.fork_next)
+		forget_all(c);
+	unlock_all();
+	pthread_mutex_unlock(&list_lock);
+}
+
+static void register_atfork(void)
+{
+	if (pthread_atfork(prepare, parent, child))
+		mrmgr__err("pthread_atfork failed: a fork child would see its "
+			   "parent's cached regions");
+}
+
+void mrmgr__fork_track(struct mrmgr_cache *c)
+{
+	pthread_once(&atfork_once, register_atfork);
+	pthread_mutex_lock(&list_lock);
+	c->mon.fork_next = caches;
+	caches = c;
+	pthread_mutex_unlock(&list_lock);
+}
+
+void mrmgr__fork_untrack(struct mrmgr_cache *c)
+{
+	pthread_mutex_lock(&list_lock);
+	for (struct mrmgr_cache **p = &caches; *p; p = &(*p)->mon.fork_next) {
+		if (*p == c) {
+			*p = c->mon.fork_next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&list_lock);
+}

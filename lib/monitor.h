@@ -1,0 +1,186 @@
+/*
+ * The memory-event monitor: sources -> one invalidation queue -> caches.
+ *
+ * Sources (userfaultfd's reader thread, mrmgr_notify_unmap() and through
+ * it libmrmgr_hooks.so) only push ranges into one process-wide bounded
+ * lock-free queue. Caches pull: every cache has its own cursor in the
+ * queue and applies the events under its own lock, the next time a get
+ * misses the fast path. Nothing here calls into a cache.
+ *
+ * The fast path needs one load to know whether anything is pending: the
+ * event word, (events pushed << 1) | reader busy, compared with the word
+ * value at which the cache last drained (mon_seen, on the cache's
+ * read-mostly line). See monitor_queue.c for why that is enough even
+ * though userfaultfd lets the unmapping thread go before the reader has
+ * pushed the event.
+ *
+ * Locks: a cache's lock, then the monitor lock (mrmgr__mon_lock: the
+ * registry of watched ranges and source start-up). The reader thread
+ * takes no lock at all, allocates nothing and logs nothing: an unmapping
+ * thread may hold any lock (a cache's, malloc's) while the kernel keeps
+ * it waiting for the reader.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef MRMGR__MONITOR_H
+#define MRMGR__MONITOR_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include <mrmgr/mrmgr.h>
+
+#include "compiler.h"
+#include "itree.h"
+
+struct mrmgr_cache;
+struct mrmgr_region;
+
+/* ------------------------------------------------------------ queue */
+
+/* (events pushed << 1) | reader busy. The struct fills a line of its own. */
+struct mrmgr__mon_hot {
+	_Alignas(MRMGR__CACHELINE) uint64_t word;
+};
+extern struct mrmgr__mon_hot mrmgr__mon_hot;
+#define mrmgr__mon_word (mrmgr__mon_hot.word)
+
+/* Nothing new since this cache last drained? One load of a read-mostly line. */
+static inline int mrmgr__mon_quiet(const uint64_t *seen)
+{
+	return __atomic_load_n(&mrmgr__mon_word, __ATOMIC_ACQUIRE) ==
+	       __atomic_load_n(seen, __ATOMIC_ACQUIRE);
+}
+
+/* Append [start, last] for every cache. Async-signal-safe. */
+void mrmgr__mon_push(uint64_t start, uint64_t last);
+
+/*
+ * Remember that [start, last] may be cached, so mrmgr_notify_unmap() does
+ * not drop events for it. Call before registering the range.
+ */
+void mrmgr__mon_filter_add(uint64_t start, uint64_t last);
+
+/* Per-cache monitor state; under the cache's lock. */
+struct mrmgr__mon_cache {
+	uint64_t cursor;       /* next queue index to apply */
+	uint64_t target;       /* word value the running drain works toward */
+	uint32_t mode;         /* enum mrmgr_monitor_mode in force */
+	int32_t fork_status;   /* enum ibv_fork_status, -1 for the sim */
+	struct mrmgr_cache *fork_next; /* every cache of the process */
+	uint64_t events, invalidations, overflows, unwatched, fork_purges;
+};
+
+/* Queue state for a new cache (or one a fork emptied). */
+void mrmgr__mon_queue_attach(struct mrmgr__mon_cache *m, uint64_t *seen);
+
+/*
+ * Draining, with the cache lock held: begin waits until the reader has
+ * pushed what it read; next returns 1 and a range, 0 at the end, or -1
+ * when the cache fell behind (then it must invalidate everything); end
+ * publishes the word the cache is now up to date with.
+ */
+void mrmgr__mon_drain_begin(struct mrmgr__mon_cache *m);
+int mrmgr__mon_drain_next(struct mrmgr__mon_cache *m, uint64_t *start,
+			  uint64_t *last);
+void mrmgr__mon_drain_end(struct mrmgr__mon_cache *m, uint64_t *seen);
+
+/* Whether the queue holds an event overlapping [start, last] at or after
+ * index from (self-tests). */
+int mrmgr__mon_queue_saw(uint64_t from, uint64_t start, uint64_t last);
+/* Index the next event will get. */
+uint64_t mrmgr__mon_queue_tail(void);
+/* The reader is never in a batch in a fork child: forget that it was. */
+void mrmgr__mon_queue_fork_child(void);
+
+/* Process-wide counters (relaxed atomics). */
+extern uint64_t mrmgr__mon_uffd_events;
+extern uint64_t mrmgr__mon_notify_events;
+
+/* ------------------------------------------------------------ sources */
+
+extern pthread_mutex_t mrmgr__mon_lock;
+
+enum mrmgr__src_state { SRC_UNTRIED = 0, SRC_ACTIVE, SRC_FAILED };
+
+/* userfaultfd (monitor_uffd.c); call with mrmgr__mon_lock held. */
+int mrmgr__uffd_start(void);             /* 0 or why not */
+int mrmgr__uffd_state(int *err, uint32_t *flags, uint64_t *features);
+int mrmgr__uffd_register(uint64_t start, uint64_t last);   /* 0 or errno */
+int mrmgr__uffd_internal(uint64_t start, uint64_t last);   /* our own memory */
+void mrmgr__uffd_unregister(uint64_t start, uint64_t last);
+void mrmgr__uffd_fork_child(void);
+
+/* libmrmgr_hooks.so (monitor.c). */
+int mrmgr__hooks_state(int *err);
+
+/* What kind of memory [start, last] is (monitor_vma.c), mon lock held. */
+enum mrmgr__vma_kind {
+	MRMGR__VMA_ANON_PRIVATE = 0, /* anonymous private: heap, stack, mmap */
+	MRMGR__VMA_FILE_PRIVATE,     /* private file mapping: .data, mmap'd files */
+	MRMGR__VMA_SHARED,           /* shared: shmem, SysV, MAP_SHARED files */
+	MRMGR__VMA_UNMAPPED,         /* a hole */
+};
+/* The worst kind over [start, last], and (when the outputs are not NULL)
+ * the extent of the VMAs covering it. */
+int mrmgr__vma_classify(uint64_t start, uint64_t last, uint64_t *vstart,
+			uint64_t *vlast);
+int mrmgr__vma_uses_query(void); /* PROCMAP_QUERY worked */
+
+/* ------------------------------------------------------------ watching */
+
+/*
+ * A registry entry: a range registered with userfaultfd on behalf of one
+ * region (or of a get in progress). Entries with the same range share one
+ * tree node (every region of a VMA holds the whole VMA): the node is any
+ * member's, the members sit on a ring.
+ */
+struct mrmgr__watch {
+	struct mrmgr__itree_node node;
+	struct mrmgr__watch *next, *prev; /* members with the same range */
+	int in_tree;                      /* this member's node is the one */
+};
+
+/*
+ * A get that is about to register [start, last] for caching asks whether
+ * anything will report changes to it. begin returns 0 when it is covered
+ * (the range is then watched already, before the registration pins
+ * anything), or an errno saying why not: the caller then hands the
+ * registration out uncached. commit ties the watch to the region that
+ * was made; abort gives it up. unwatch runs when a region leaves the
+ * tree. All with the cache lock held.
+ */
+struct mrmgr__watch_tx {
+	struct mrmgr__watch w; /* the provisional registry entry */
+	int kind;              /* how it is covered */
+};
+int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
+			   uint64_t last, struct mrmgr__watch_tx *tx);
+void mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
+			     struct mrmgr_region *r);
+void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx);
+void mrmgr__mon_unwatch(struct mrmgr_cache *c, struct mrmgr_region *r);
+
+/* Registry internals shared by monitor_watch.c and monitor.c. */
+void mrmgr__watch_stats(uint64_t *ranges, uint64_t *runs, uint64_t *budget);
+void mrmgr__watch_fork_child(void);
+
+/* ------------------------------------------------------------ caches */
+
+/* Resolve the mode, start what it needs, track the cache for fork(). */
+void mrmgr__mon_cache_init(struct mrmgr_cache *c);
+void mrmgr__mon_cache_fini(struct mrmgr_cache *c);
+
+/* fork() (cache_fork.c). */
+void mrmgr__fork_track(struct mrmgr_cache *c);
+void mrmgr__fork_untrack(struct mrmgr_cache *c);
+
+/* Test hooks (unit tests set them before the first cache). */
+enum mrmgr__mon_test_flags {
+	MRMGR__MON_TEST_UFFD_EPERM = 1u << 0,   /* userfaultfd() refused */
+	MRMGR__MON_TEST_DROP_EVENTS = 1u << 1,  /* self-test sees nothing */
+};
+extern unsigned int mrmgr__mon_test_flags;
+extern uint64_t mrmgr__watch_budget_override;
+
+#endif /* MRMGR__MONITOR_H */

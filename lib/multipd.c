@@ -1,0 +1,334 @@
+/*
+ * Multi-PD caches: one region per address range, one MR per PD.
+ *
+ * A multi-PD cache is an ordinary cache (its tree, LRU, limits, locking
+ * and hit path are cache.c's) whose regions carry a table of MRs, one
+ * slot per PD the cache serves (r->share->pd_mrs). The first get of a
+ * range registers it in the PD that asked, through the cache's own miss
+ * path (c->pd points at that PD for the duration, under the lock); gets
+ * from other PDs find the region by the same lock-free walk and register
+ * it in their PD only if its slot is still empty. So memory is
+ * registered only in the PDs that use it, and one tree node covers them
+ * all: one invalidation, one eviction, one reference count for the range.
+ *
+ * Why the hit path stays lock-free: a region found by cache.c's try_hit
+ * is referenced and live; its slot is read with an acquire load; a slot
+ * is written (release) under the cache lock while the writer holds a
+ * reference, and cleared only when the region is released, which cannot
+ * happen while we hold ours. A miss in the slot takes the lock.
+ *
+ * Accounting: each MR counts as a region against max_regions and its
+ * bytes against max_bytes (the device and memlock pay per registration);
+ * stats: share_pd_mrs (MRs beyond a region's first), share_pd_registrations.
+ *
+ * Never re-registered in place: every region of a multi-PD cache is
+ * MRMGR__REGION_SHARED (a rereg would have to change each PD's MR), so
+ * growth makes a new region and the old keeps its MRs for its holders.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "monitor.h"
+#include "log.h"
+#include "share.h"
+
+#define MAX_PDS 64
+
+int mrmgr__multi_pd_index(const struct mrmgr_cache *c, const struct ibv_pd *pd)
+{
+	const struct mrmgr__share_cache *sc = c->share;
+
+	if (!pd)
+		return 0;
+	if (!sc || !sc->npds)
+		return pd == c->pd ? 0 : -1;
+	for (size_t i = 0; i < sc->npds; i++)
+		if (sc->pds[i] == pd)
+			return (int)i;
+	return -1;
+}
+
+struct ibv_mr *mrmgr__multi_mr(const struct mrmgr_region *r, size_t i)
+{
+	const struct mrmgr__share *sh = __atomic_load_n(&r->share, __ATOMIC_ACQUIRE);
+
+	if (!sh || !sh->pd_mrs)
+		return i == 0 ? r->mr : NULL;
+	return __atomic_load_n(&sh->pd_mrs[i], __ATOMIC_ACQUIRE);
+}
+
+void mrmgr__share_region_new(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	struct mrmgr__share *sh = r->share; /* made by region_alloc */
+	int i = mrmgr__multi_pd_index(c, c->pd);
+
+	r->flags |= MRMGR__REGION_SHARED;
+	__atomic_store_n(&sh->pd_mrs[i], r->mr, __ATOMIC_RELEASE);
+	sh->npd_mrs = 1;
+}
+
+void mrmgr__multi_release(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	struct mrmgr__share *sh = r->share;
+	uint64_t len = mrmgr__region_len(r);
+
+	for (size_t i = 0; sh->pd_mrs && i < c->share->npds; i++) {
+		struct ibv_mr *mr = sh->pd_mrs[i];
+		int ret;
+
+		if (!mr)
+			continue;
+		__atomic_store_n(&sh->pd_mrs[i], NULL, __ATOMIC_RELAXED);
+		if (mr == r->mr)
+			continue; /* cache.c deregisters its own */
+		ret = c->be->dereg_mr(mr);
+		if (ret)
+			mrmgr__err("deregistering [%#llx, +%llu) in PD %zu "
+				   "failed: %s; the MR is abandoned",
+				   (unsigned long long)mrmgr__region_start(r),
+				   (unsigned long long)len, i, strerror(ret));
+		else
+			c->st.deregistrations++;
+		c->nregions--;
+		c->pinned_bytes -= len;
+		c->st.share_pd_mrs--;
+	}
+	sh->npd_mrs = 0;
+}
+
+/* Register a referenced region in the cache's PD i as well. Lock held. */
+static int add_pd_mr(struct mrmgr_cache *c, struct mrmgr_region *r, int i)
+{
+	uint64_t start = mrmgr__region_start(r), len = mrmgr__region_len(r);
+	struct ibv_pd *pd = c->share->pds[i];
+	struct ibv_mr *mr = NULL;
+	int ret;
+
+	/* Room for one more MR; when everything is in use the MR is made
+	 * anyway (the region is held: there is nothing to hand out
+	 * uncached instead) and the device has the last word. */
+	(void)mrmgr__cache_make_room(c, 1, len);
+	ret = c->be->reg_mr(pd, (void *)(uintptr_t)start, len, (int)r->access, &mr);
+	if (ret == ENOMEM || ret == EAGAIN) {
+		c->st.evict_retries++;
+		mrmgr__cache_evict_all_idle(c);
+		ret = c->be->reg_mr(pd, (void *)(uintptr_t)start, len,
+				    (int)r->access, &mr);
+	}
+	mrmgr__dbg("reg [%#llx, +%llu) access %#x in PD %d: %s",
+		   (unsigned long long)start, (unsigned long long)len,
+		   r->access, i, ret ? strerror(ret) : "ok");
+	if (ret) {
+		c->st.reg_failures++;
+		mrmgr__log(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
+							   : MRMGR_LOG_WARN,
+			   "registering [%#llx, +%llu) access %#x in PD %d: %s",
+			   (unsigned long long)start, (unsigned long long)len,
+			   r->access, i, strerror(ret));
+		return ret;
+	}
+	c->st.registrations++;
+	c->st.pages_registered += len >> c->page_shift;
+	c->st.share_pd_registrations++;
+	c->st.share_pd_mrs++;
+	c->nregions++;
+	c->pinned_bytes += len;
+	if (c->pinned_bytes > c->st.peak_pinned_bytes)
+		c->st.peak_pinned_bytes = c->pinned_bytes;
+	r->share->npd_mrs++;
+	__atomic_store_n(&r->share->pd_mrs[i], mr, __ATOMIC_RELEASE);
+	mrmgr__share_update_set(c, r);
+	return 0;
+}
+
+int mrmgr__multi_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
+		     uint64_t last, unsigned int access, unsigned int slot,
+		     struct mrmgr_region **out)
+{
+	int i = mrmgr__multi_pd_index(c, pd);
+	struct mrmgr_region *r = NULL;
+	int ret = 0;
+
+	if (i < 0) {
+		mrmgr__err("mrmgr_get_pd: the cache does not serve PD %p",
+			   (void *)pd);
+		return EINVAL;
+	}
+	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
+	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
+		r = mrmgr__cache_try_hit(c, start, last, access, slot);
+		if (r && mrmgr__multi_mr(r, (size_t)i)) {
+			*out = r;
+			return 0;
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	if (!r) {
+		/* The miss registers in the PD that asked. */
+		c->pd = c->share->pds[i];
+		ret = mrmgr__cache_get_locked(c, start, last, access, slot, 0, &r);
+		c->pd = c->share->pds[0];
+	}
+	if (!ret && !r->share->pd_mrs[i]) {
+		ret = add_pd_mr(c, r, i);
+		if (ret)
+			mrmgr__cache_unref_locked(c, r, slot);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!ret)
+		*out = r;
+	return ret;
+}
+
+/* ------------------------------------------------------------ public */
+
+MRMGR_EXPORT int mrmgr_cache_create_multi(struct ibv_pd *const *pds,
+					  size_t npds,
+					  const struct mrmgr_cache_attr *attr,
+					  mrmgr_cache_t **cache)
+{
+	struct mrmgr__share_cache *sc;
+	struct mrmgr_cache *c;
+	int ret;
+
+	if (!pds || !cache || npds == 0 || npds > MAX_PDS) {
+		mrmgr__err("mrmgr_cache_create_multi: %s",
+			   !pds || !cache ? "NULL argument"
+					  : "between 1 and 64 PDs");
+		return EINVAL;
+	}
+	for (size_t i = 0; i < npds; i++) {
+		if (!pds[i] || !pds[i]->context) {
+			mrmgr__err("mrmgr_cache_create_multi: PD %zu is NULL", i);
+			return EINVAL;
+		}
+		for (size_t j = 0; j < i; j++)
+			if (pds[j] == pds[i]) {
+				mrmgr__err("mrmgr_cache_create_multi: PD %zu "
+					   "repeats PD %zu", i, j);
+				return EINVAL;
+			}
+		if (mrmgr__backend_for(pds[i]) != mrmgr__backend_for(pds[0])) {
+			mrmgr__err("mrmgr_cache_create_multi: PD %zu is of "
+				   "another backend than PD 0 (simulated and "
+				   "real devices do not mix)", i);
+			return EINVAL;
+		}
+	}
+	sc = calloc(1, sizeof(*sc));
+	if (sc)
+		sc->pds = calloc(npds, sizeof(*sc->pds));
+	if (!sc || !sc->pds) {
+		free(sc);
+		return ENOMEM;
+	}
+	memcpy(sc->pds, pds, npds * sizeof(*pds));
+	sc->npds = npds;
+
+	ret = mrmgr_cache_create(pds[0], attr, &c);
+	if (ret) {
+		free(sc->pds);
+		free(sc);
+		return ret;
+	}
+	if (c->odp.mode != MRMGR_ODP_OFF) {
+		int strict = (c->cfg.odp_flags & MRMGR_ODP_STRICT) &&
+			     c->cfg.odp_mode != MRMGR_ODP_AUTO;
+
+		/* One implicit MR, one PD: ODP views cannot serve several
+		 * PDs, and prefetch works on one PD. Pinned it is. */
+		mrmgr__odp_fini(c);
+		c->cfg.odp_mode = MRMGR_ODP_OFF;
+		c->cfg.odp_flags &= ~(uint32_t)MRMGR_ODP_AUTO_PREFETCH;
+		c->flags &= ~MRMGR__CACHE_AUTO_PREFETCH;
+		if (strict) {
+			mrmgr__err("mrmgr_cache_create_multi: ODP was asked "
+				   "with MRMGR_ODP_STRICT, but multi-PD caches "
+				   "register pinned memory");
+			mrmgr_cache_destroy(c);
+			free(sc->pds);
+			free(sc);
+			return EOPNOTSUPP;
+		}
+		ret = mrmgr__odp_init(c);
+		if (!ret)
+			mrmgr__info("multi-PD cache: ODP off, pinned "
+				    "registrations (ODP views serve one PD)");
+	}
+	if (ret) {
+		mrmgr_cache_destroy(c);
+		free(sc->pds);
+		free(sc);
+		return ret;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->share = sc;
+	c->flags |= MRMGR__CACHE_MULTI_PD;
+	pthread_mutex_unlock(&c->lock);
+	mrmgr__info("multi-PD cache over %zu PDs", npds);
+	*cache = c;
+	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_get_pd(mrmgr_cache_t *c, struct ibv_pd *pd, void *addr,
+			      size_t length, unsigned int access,
+			      mrmgr_region_t **region)
+{
+	uint64_t start, last;
+	int ret;
+
+	if (!c || !pd || !region) {
+		mrmgr__err("mrmgr_get_pd: NULL %s", !c ? "cache" : !pd ? "PD"
+						     : "region pointer");
+		return EINVAL;
+	}
+	if (!(c->flags & MRMGR__CACHE_MULTI_PD)) {
+		if (pd != c->pd) {
+			mrmgr__err("mrmgr_get_pd: the cache does not serve PD %p",
+				   (void *)pd);
+			return EINVAL;
+		}
+		return mrmgr_get(c, addr, length, access, region);
+	}
+	ret = mrmgr__cache_check_request("mrmgr_get_pd", c, addr, length, access,
+					 &start, &last);
+	if (ret)
+		return ret;
+	return mrmgr__multi_get(c, pd, start, last, access,
+				mrmgr__thread_slot() & (c->nstripes - 1), region);
+}
+
+MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr_pd(const mrmgr_region_t *region,
+					       const struct ibv_pd *pd)
+{
+	int i;
+
+	if (!region || !pd)
+		return NULL;
+	if (!(region->cache->flags & MRMGR__CACHE_MULTI_PD))
+		return region->mr && region->mr->pd == pd ? region->mr : NULL;
+	i = mrmgr__multi_pd_index(region->cache, pd);
+	return i < 0 ? NULL : mrmgr__multi_mr(region, (size_t)i);
+}
+
+MRMGR_EXPORT uint32_t mrmgr_region_lkey_pd(const mrmgr_region_t *region,
+					   const struct ibv_pd *pd)
+{
+	struct ibv_mr *mr = mrmgr_region_mr_pd(region, pd);
+
+	return mr ? mr->lkey : 0;
+}
+
+MRMGR_EXPORT uint32_t mrmgr_region_rkey_pd(const mrmgr_region_t *region,
+					   const struct ibv_pd *pd)
+{
+	struct ibv_mr *mr = mrmgr_region_mr_pd(region, pd);
+
+	return mr ? mr->rkey : 0;
+}

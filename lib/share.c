@@ -1,0 +1,600 @@
+/*
+ * Share sets and exports.
+ *
+ * A region's share set is every MR that maps its memory: its MRs in each
+ * PD of a multi-PD cache (multipd.c) and its exports to other processes.
+ * The set is what makes sharing safe:
+ *   - membership sets MRMGR__REGION_SHARED, so growth never re-registers
+ *     the region in place (grow.c's blocker): a translation rereg would
+ *     make the shared MR private under its sharers. Growth registers a
+ *     new, private region; the old one keeps its members until they go;
+ *   - an export pins the region (one reference, like a get): it is not
+ *     evicted, and invalidation detaches it from the cache (no get
+ *     returns it again) but does not deregister it while the export
+ *     lives. ibv_import_mr() shares the kernel object and counts nothing,
+ *     so deregistering under an importer would kill its MR mid-operation;
+ *   - invalidation marks the region's exports revoked: the memory is no
+ *     longer what was registered, importers must stop (the share server
+ *     tells them) and the owner releases the export when they have; the
+ *     MR is deregistered at that last release;
+ *   - cache destruction refuses (EBUSY) while exports live and says which;
+ *     MRMGR_DESTROY_FORCE revokes them and drops their pins.
+ *
+ * Locking: a region's share state and its exports are under its cache's
+ * lock. An export whose cache was destroyed by force is an orphan
+ * (cache == NULL), touched only by whoever holds it.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "cache.h"
+#include "log.h"
+#include "share.h"
+#include "sim/sim_internal.h"
+
+struct mrmgr_export {
+	struct mrmgr_export *next, *prev; /* the region's exports (cache lock) */
+	struct mrmgr_cache *cache;        /* NULL once orphaned by force */
+	struct mrmgr_region *r;           /* pinned while cache != NULL */
+	struct ibv_mr *mr;                /* the exported MR */
+	struct mrmgr_export_desc desc;
+	int cmd_fd;
+	uint32_t importers;               /* as told by the share server */
+	int revoked;                      /* atomic: read without the lock */
+	int forced;
+};
+
+static uint64_t next_export_id;
+
+/* ------------------------------------------------------------ share state */
+
+int mrmgr__share_get(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	struct mrmgr__share *sh = r->share;
+	size_t npds = c->share ? c->share->npds : 0;
+
+	if (!sh) {
+		sh = calloc(1, sizeof(*sh));
+		if (!sh)
+			return ENOMEM;
+	}
+	if (npds && !sh->pd_mrs) {
+		sh->pd_mrs = calloc(npds, sizeof(*sh->pd_mrs));
+		if (!sh->pd_mrs) {
+			if (!r->share)
+				free(sh);
+			return ENOMEM;
+		}
+	}
+	/* Lock-free readers (accessors) load it with acquire. */
+	__atomic_store_n(&r->share, sh, __ATOMIC_RELEASE);
+	return 0;
+}
+
+int mrmgr__share_cache_get(struct mrmgr_cache *c)
+{
+	if (!c->share) {
+		c->share = calloc(1, sizeof(*c->share));
+		if (!c->share)
+			return ENOMEM;
+	}
+	return 0;
+}
+
+void mrmgr__share_update_set(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	struct mrmgr__share *sh = r->share;
+	int in = sh->npd_mrs >= 2 || sh->nexports > 0 || sh->naliases > 0;
+
+	if (in != sh->in_set) {
+		sh->in_set = in;
+		if (in)
+			c->st.share_sets++;
+		else
+			c->st.share_sets--;
+	}
+}
+
+void mrmgr__share_pin(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	/* A reference like a get's, on this thread's stripe; dropped with
+	 * mrmgr__cache_unref_locked() from any thread (stripes add up). */
+	mrmgr__ref_take(r, mrmgr__thread_slot() & (c->nstripes - 1));
+	r->flags |= MRMGR__REGION_SHARED;
+	mrmgr__share_update_set(c, r);
+}
+
+void mrmgr__share_member_gone(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	const struct mrmgr__share *sh = r->share;
+
+	/* A multi-PD region stays shared: its PDs' MRs are members too. */
+	if (!sh->nexports && !sh->naliases && !(c->flags & MRMGR__CACHE_MULTI_PD))
+		r->flags &= ~(unsigned int)MRMGR__REGION_SHARED;
+	mrmgr__share_update_set(c, r);
+}
+
+void mrmgr__share_region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	struct mrmgr__share *sh = r->share;
+
+	/* Exports pin their region, so none can be left here. */
+	if (sh->pd_mrs)
+		mrmgr__multi_release(c, r);
+	sh->npd_mrs = 0;
+	mrmgr__share_update_set(c, r);
+}
+
+void mrmgr__share_region_free(struct mrmgr_region *r)
+{
+	if (r->share) {
+		free(r->share->pd_mrs);
+		free(r->share);
+		r->share = NULL;
+	}
+}
+
+void mrmgr__share_cache_free(struct mrmgr_cache *c)
+{
+	if (c->share) {
+		free(c->share->pds);
+		free(c->share);
+		c->share = NULL;
+	}
+}
+
+void mrmgr__share_invalidated(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	uint32_t importers = 0;
+
+	for (struct mrmgr_export *e = r->share->exports; e; e = e->next) {
+		if (__atomic_exchange_n(&e->revoked, 1, __ATOMIC_RELEASE))
+			continue;
+		importers += e->importers;
+		c->st.share_revocations++;
+	}
+	for (struct mrmgr_alias *a = r->share->aliases; a; a = a->next)
+		if (!__atomic_exchange_n(&a->revoked, 1, __ATOMIC_RELEASE))
+			c->st.share_revocations++;
+	if (r->share->exports || r->share->aliases)
+		mrmgr__info("[%#llx, +%llu) invalidated while shared (%u "
+			    "exports, %u importers, %u aliases): revoked; it "
+			    "stays registered until they are released",
+			    (unsigned long long)mrmgr__region_start(r),
+			    (unsigned long long)mrmgr__region_len(r),
+			    r->share->nexports, importers, r->share->naliases);
+}
+
+static void unlink_export(struct mrmgr_cache *c, struct mrmgr_export *e)
+{
+	struct mrmgr_region *r = e->r;
+	struct mrmgr__share *sh = r->share;
+
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		sh->exports = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	e->next = e->prev = NULL;
+	sh->nexports--;
+	c->st.share_exports--;
+	c->st.share_importers -= e->importers;
+	mrmgr__share_member_gone(c, r);
+}
+
+uint64_t mrmgr__share_force(struct mrmgr_cache *c)
+{
+	unsigned int slot = mrmgr__thread_slot() & (c->nstripes - 1);
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < c->nall; i++) {
+		struct mrmgr_region *r = c->all[i];
+		struct mrmgr_export *e;
+
+		while (r->share && (e = r->share->exports)) {
+			unlink_export(c, e);
+			if (!__atomic_exchange_n(&e->revoked, 1, __ATOMIC_RELEASE))
+				c->st.share_revocations++;
+			if (e->importers) {
+				c->st.share_forced++;
+				mrmgr__warn("forced: export %llu of [%#llx, "
+					    "+%llu) deregistered with %u "
+					    "importers attached",
+					    (unsigned long long)e->desc.export_id,
+					    (unsigned long long)mrmgr__region_start(r),
+					    (unsigned long long)mrmgr__region_len(r),
+					    e->importers);
+			}
+			e->forced = 1;
+			e->cache = NULL;
+			e->r = NULL;
+			n++;
+			/* The pin: the region goes now if nothing else holds it. */
+			mrmgr__cache_unref_locked(c, r, slot);
+		}
+		while (r->share && r->share->aliases) {
+			mrmgr__warn("forced: the alias at %p of [%#llx, +%llu) is "
+				    "deregistered", r->share->aliases->addr,
+				    (unsigned long long)mrmgr__region_start(r),
+				    (unsigned long long)mrmgr__region_len(r));
+			c->st.share_revocations++;
+			mrmgr__cache_unref_locked(c, mrmgr__alias_force(c, r->share->aliases),
+						  slot);
+			n++;
+		}
+	}
+	return n;
+}
+
+void mrmgr__share_report_busy(struct mrmgr_cache *c)
+{
+	unsigned int lines = 0, more = 0;
+
+	for (size_t i = 0; i < c->nall; i++) {
+		struct mrmgr_region *r = c->all[i];
+		int state = mrmgr__region_state(r);
+
+		if (!r->share || state == MRMGR__REGION_FREE)
+			continue;
+		for (struct mrmgr_export *e = r->share->exports; e; e = e->next) {
+			if (lines++ >= 16) {
+				more++;
+				continue;
+			}
+			mrmgr__err("mrmgr_cache_destroy: [%#llx, +%llu) is "
+				   "exported (export %llu%s, %u importers "
+				   "attached); release the export, or destroy "
+				   "with MRMGR_DESTROY_FORCE",
+				   (unsigned long long)mrmgr__region_start(r),
+				   (unsigned long long)mrmgr__region_len(r),
+				   (unsigned long long)e->desc.export_id,
+				   __atomic_load_n(&e->revoked, __ATOMIC_RELAXED)
+					   ? ", revoked" : "",
+				   e->importers);
+		}
+		for (struct mrmgr_alias *a = r->share->aliases; a; a = a->next) {
+			if (lines++ >= 16) {
+				more++;
+				continue;
+			}
+			mrmgr__err("mrmgr_cache_destroy: [%#llx, +%llu) has an "
+				   "alias at %p; destroy the alias, or destroy "
+				   "with MRMGR_DESTROY_FORCE",
+				   (unsigned long long)mrmgr__region_start(r),
+				   (unsigned long long)mrmgr__region_len(r), a->addr);
+		}
+		if (r->share->npd_mrs >= 2 &&
+		    mrmgr__region_refs(r, c->nstripes) >
+			    (int64_t)(r->share->nexports + r->share->naliases)) {
+			if (lines++ >= 16) {
+				more++;
+				continue;
+			}
+			mrmgr__err("mrmgr_cache_destroy: [%#llx, +%llu) is held, "
+				   "with MRs in %u PDs",
+				   (unsigned long long)mrmgr__region_start(r),
+				   (unsigned long long)mrmgr__region_len(r),
+				   r->share->npd_mrs);
+		}
+	}
+	if (more)
+		mrmgr__err("mrmgr_cache_destroy: and %u more share-set members",
+			   more);
+}
+
+/* ------------------------------------------------------------ import probe */
+
+/*
+ * Can the device import? ibv_import_pd() of the owner's own PD is the
+ * cheapest question (rdma-core's stub fails with EOPNOTSUPP where the
+ * provider has no import: rxe, siw). Asked once per device and process.
+ */
+#define MAX_VERDICTS 32
+
+struct verdict {
+	const char *backend;
+	char name[64];
+	int err; /* 0: can */
+};
+
+static pthread_mutex_t verdict_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct verdict verdicts[MAX_VERDICTS];
+static unsigned int nverdicts, verdict_next;
+
+int mrmgr__share_probe(struct ibv_pd *pd)
+{
+	const struct mrmgr__backend *be = mrmgr__backend_for(pd);
+	const char *name = pd->context->device->name;
+	struct ibv_pd *p;
+	int err = -1;
+
+	pthread_mutex_lock(&verdict_lock);
+	for (unsigned int i = 0; i < nverdicts; i++)
+		if (verdicts[i].backend == be->name && !strcmp(verdicts[i].name, name))
+			err = verdicts[i].err;
+	pthread_mutex_unlock(&verdict_lock);
+	if (err >= 0)
+		return err;
+
+	if (be == &mrmgr__backend_sim) {
+		err = mrmgr__sim_can_import(pd->context) ? 0 : EOPNOTSUPP;
+	} else {
+		errno = 0;
+		p = ibv_import_pd(pd->context, pd->handle);
+		err = p ? 0 : errno ? errno : EOPNOTSUPP;
+		if (p)
+			ibv_unimport_pd(p);
+		if (err == ENOSYS || err == ENOTSUP)
+			err = EOPNOTSUPP;
+	}
+	if (err && err != EOPNOTSUPP)
+		return err; /* not a verdict on the device: ask again later */
+	mrmgr__info("%s: MR import %s", name,
+		    err ? "is not supported (ibv_import_pd: EOPNOTSUPP)"
+			: "works");
+	pthread_mutex_lock(&verdict_lock);
+	{
+		struct verdict *v = nverdicts < MAX_VERDICTS
+					    ? &verdicts[nverdicts++]
+					    : &verdicts[verdict_next++ % MAX_VERDICTS];
+
+		v->backend = be->name;
+		snprintf(v->name, sizeof(v->name), "%s", name);
+		v->err = err;
+	}
+	pthread_mutex_unlock(&verdict_lock);
+	return err;
+}
+
+/* ------------------------------------------------------------ exports */
+
+MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
+				     mrmgr_export_t **exp)
+{
+	struct mrmgr_cache *c;
+	struct mrmgr_export *e;
+	struct ibv_mr *mr;
+	int ret;
+
+	if (!r || !exp) {
+		mrmgr__err("mrmgr_region_export: NULL %s", !r ? "region"
+							      : "export pointer");
+		return EINVAL;
+	}
+	c = r->cache;
+	if (r->kind == MRMGR__REGION_VIEW) {
+		mrmgr__err("mrmgr_region_export: an implicit-ODP view has no MR "
+			   "of its own (exporting the implicit MR would open "
+			   "the whole address space)");
+		return EINVAL;
+	}
+	/* The caller holds r: its MRs are stable. */
+	mr = pd ? mrmgr_region_mr_pd(r, pd) : mrmgr__region_plain_mr(r);
+	if (!mr) {
+		mrmgr__err("mrmgr_region_export: the region has no MR in PD %p; "
+			   "mrmgr_get_pd() it there first", (void *)pd);
+		return EINVAL;
+	}
+	ret = mrmgr__share_probe(mr->pd);
+	if (ret) {
+		mrmgr__err("mrmgr_region_export: %s cannot share MRs with other "
+			   "processes (ibv_import_*: %s)",
+			   mr->context->device->name, strerror(ret));
+		return ret;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return ENOMEM;
+
+	pthread_mutex_lock(&c->lock);
+	if (mrmgr__region_state(r) != MRMGR__REGION_LIVE) {
+		pthread_mutex_unlock(&c->lock);
+		free(e);
+		mrmgr__err("mrmgr_region_export: [%#llx, +%llu) is no longer in "
+			   "the cache (invalidated, merged or grown away); get "
+			   "it again", (unsigned long long)mrmgr__region_start(r),
+			   (unsigned long long)mrmgr__region_len(r));
+		return ESTALE;
+	}
+	ret = mrmgr__share_cache_get(c);
+	if (!ret)
+		ret = mrmgr__share_get(c, r);
+	if (ret) {
+		pthread_mutex_unlock(&c->lock);
+		free(e);
+		return ret;
+	}
+	e->cache = c;
+	e->r = r;
+	e->mr = mr;
+	e->cmd_fd = mr->context->cmd_fd;
+	e->desc.version = MRMGR_EXPORT_DESC_VERSION;
+	e->desc.size = sizeof(e->desc);
+	e->desc.export_id = __atomic_add_fetch(&next_export_id, 1, __ATOMIC_RELAXED);
+	e->desc.owner_pid = (int32_t)getpid();
+	e->desc.pd_handle = mr->pd->handle;
+	e->desc.mr_handle = mr->handle;
+	e->desc.lkey = mr->lkey;
+	e->desc.rkey = mr->rkey;
+	e->desc.access = r->access;
+	e->desc.addr = mrmgr__region_start(r);
+	e->desc.length = mrmgr__region_len(r);
+	e->desc.generation = r->gen;
+	snprintf(e->desc.device, sizeof(e->desc.device), "%s",
+		 mr->context->device->name);
+	e->next = r->share->exports;
+	if (e->next)
+		e->next->prev = e;
+	r->share->exports = e;
+	r->share->nexports++;
+	c->st.exports++;
+	c->st.share_exports++;
+	mrmgr__share_pin(c, r); /* dropped by the release */
+	pthread_mutex_unlock(&c->lock);
+	mrmgr__dbg("export %llu: [%#llx, +%llu) handle %u keys %#x/%#x",
+		   (unsigned long long)e->desc.export_id,
+		   (unsigned long long)e->desc.addr,
+		   (unsigned long long)e->desc.length, e->desc.mr_handle,
+		   e->desc.lkey, e->desc.rkey);
+	*exp = e;
+	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_export_describe(const mrmgr_export_t *e,
+				       struct mrmgr_export_desc *desc,
+				       size_t size, int *cmd_fd)
+{
+	if (!e || !desc || !size) {
+		mrmgr__err("mrmgr_export_describe: %s", !e ? "NULL export"
+				   : !desc ? "NULL descriptor" : "size 0");
+		return EINVAL;
+	}
+	memcpy(desc, &e->desc, size < sizeof(e->desc) ? size : sizeof(e->desc));
+	if (cmd_fd)
+		*cmd_fd = e->cmd_fd;
+	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_export_revoked(const mrmgr_export_t *e)
+{
+	return e ? __atomic_load_n(&e->revoked, __ATOMIC_ACQUIRE) : 0;
+}
+
+MRMGR_EXPORT int mrmgr_export_release(mrmgr_export_t *e)
+{
+	struct mrmgr_cache *c;
+
+	if (!e) {
+		mrmgr__err("mrmgr_export_release: NULL export");
+		return EINVAL;
+	}
+	c = e->cache;
+	if (c) {
+		pthread_mutex_lock(&c->lock);
+		unlink_export(c, e);
+		mrmgr__cache_unref_locked(c, e->r,
+					  mrmgr__thread_slot() & (c->nstripes - 1));
+		pthread_mutex_unlock(&c->lock);
+	}
+	free(e);
+	return 0;
+}
+
+/* For the share server: importers attached to an export (+1 / -1). */
+void mrmgr__export_importers(struct mrmgr_export *e, int delta)
+{
+	struct mrmgr_cache *c = e->cache;
+
+	if (!c) {
+		e->importers += (uint32_t)delta;
+		return;
+	}
+	pthread_mutex_lock(&c->lock);
+	e->importers += (uint32_t)delta;
+	c->st.share_importers += (uint64_t)(int64_t)delta;
+	if (delta > 0)
+		c->st.imports += (uint64_t)delta;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* ------------------------------------------------------------ query */
+
+static void put_info(struct mrmgr_share_info *info, size_t max,
+		     size_t info_size, size_t idx,
+		     const struct mrmgr_share_info *one)
+{
+	if (idx >= max)
+		return;
+	memcpy((char *)info + idx * info_size, one,
+	       info_size < sizeof(*one) ? info_size : sizeof(*one));
+}
+
+MRMGR_EXPORT int mrmgr_region_query_shares(const mrmgr_region_t *r,
+					   struct mrmgr_share_info *info,
+					   size_t max, size_t info_size,
+					   size_t *n)
+{
+	struct mrmgr_cache *c;
+	struct mrmgr_share_info one;
+	size_t k = 0, npds;
+	uint32_t detached;
+	int64_t refs;
+
+	if (!r || !n || !info_size || (max && !info)) {
+		mrmgr__err("mrmgr_region_query_shares: %s",
+			   !r ? "NULL region" : !n ? "NULL count"
+			   : !info_size ? "info_size 0" : "NULL info");
+		return EINVAL;
+	}
+	c = r->cache;
+	pthread_mutex_lock(&c->lock);
+	refs = mrmgr__region_refs(r, c->nstripes);
+	detached = mrmgr__region_state(r) != MRMGR__REGION_LIVE
+			   ? MRMGR_SHARE_DETACHED : 0;
+	npds = (c->flags & MRMGR__CACHE_MULTI_PD) ? c->share->npds : 1;
+	for (size_t i = 0; i < npds; i++) {
+		struct ibv_mr *mr = (c->flags & MRMGR__CACHE_MULTI_PD)
+					    ? r->share->pd_mrs[i] : r->mr;
+
+		if (!mr)
+			continue;
+		memset(&one, 0, sizeof(one));
+		one.kind = MRMGR_SHARE_MR;
+		one.flags = detached;
+		one.pd = mr->pd;
+		one.mr = mr;
+		one.addr = mrmgr__region_start(r);
+		one.length = mrmgr__region_len(r);
+		one.lkey = mr->lkey;
+		one.rkey = mr->rkey;
+		one.access = r->access;
+		one.refs = refs > 0 ? (uint64_t)refs : 0;
+		put_info(info, max, info_size, k++, &one);
+	}
+	for (struct mrmgr_export *e = r->share ? r->share->exports : NULL; e;
+	     e = e->next) {
+		memset(&one, 0, sizeof(one));
+		one.kind = MRMGR_SHARE_EXPORT;
+		one.flags = detached | (__atomic_load_n(&e->revoked, __ATOMIC_RELAXED)
+						? MRMGR_SHARE_REVOKED : 0);
+		one.pd = e->mr->pd;
+		one.mr = e->mr;
+		one.addr = e->desc.addr;
+		one.length = e->desc.length;
+		one.lkey = e->desc.lkey;
+		one.rkey = e->desc.rkey;
+		one.access = e->desc.access;
+		one.importers = e->importers;
+		one.refs = 1;
+		one.export_id = e->desc.export_id;
+		put_info(info, max, info_size, k++, &one);
+	}
+	for (struct mrmgr_alias *a = r->share ? r->share->aliases : NULL; a;
+	     a = a->next) {
+		memset(&one, 0, sizeof(one));
+		one.kind = MRMGR_SHARE_ALIAS;
+		one.flags = detached | (__atomic_load_n(&a->revoked, __ATOMIC_RELAXED)
+						? MRMGR_SHARE_REVOKED : 0);
+		one.pd = a->mr->pd;
+		one.mr = a->mr;
+		one.addr = (uint64_t)(uintptr_t)a->addr;
+		one.length = a->len;
+		one.lkey = a->mr->lkey;
+		one.rkey = a->mr->rkey;
+		one.access = a->access;
+		one.refs = 1;
+		put_info(info, max, info_size, k++, &one);
+	}
+	pthread_mutex_unlock(&c->lock);
+	*n = k;
+	return 0;
+}

@@ -1,0 +1,151 @@
+/*
+ * Share sets: every MR that maps a region's memory besides the one the
+ * cache registered for it. Three sources:
+ *   - multi-PD caches (multipd.c): one region, one MR per PD asked for;
+ *   - exports (share.c): the region's MR handed to other processes
+ *     through ibv_import_mr(); each export pins the region;
+ *   - aliases (alias.c): the region's pages, from a shared file, mapped
+ *     again and registered again; each pins the region;
+ *   - imports (import.c) on the other side are not in a cache: they are
+ *     tracked by the importer and by the share helpers (share_server.c,
+ *     share_client.c).
+ *
+ * How the cache uses it (cache.c): a cache with share state (c->share)
+ * calls mrmgr__share_region_new() on every region it makes; a region with
+ * share state (r->share) calls mrmgr__share_region_release() when it is
+ * deregistered and mrmgr__share_invalidated() when it is invalidated;
+ * mrmgr_cache_destroy_ex() calls mrmgr__share_force() and
+ * mrmgr__share_report_busy(). A multi-PD cache's gets go through
+ * mrmgr__multi_get(). Everything here runs under the cache lock except
+ * mrmgr__multi_get()'s hit path and the accessors, which read pd_mrs[]
+ * with acquire loads: an entry is written once while the region is
+ * referenced and cleared only when it is released.
+ *
+ * Regions in a share set carry MRMGR__REGION_SHARED, so grow.c never
+ * re-registers them in place (a translation rereg would make the shared
+ * MR private): growth registers a new, private region and the old one
+ * keeps its members until they are released.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef MRMGR__SHARE_H
+#define MRMGR__SHARE_H
+
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+#include <mrmgr/mrmgr.h>
+
+#include "region.h"
+
+struct mrmgr_cache;
+
+/*
+ * Internal bit in mrmgr_cache::flags, on the line every get reads: the
+ * cache serves several PDs, so gets go through mrmgr__multi_get().
+ */
+#define MRMGR__CACHE_MULTI_PD (UINT64_C(1) << 62)
+
+/* A region's share state; type-stable with the region (freed with the
+ * cache), reset when the region is released. */
+struct mrmgr__share {
+	struct ibv_mr **pd_mrs;          /* multi-PD: [npds]; else NULL */
+	unsigned int npd_mrs;            /* non-NULL entries of pd_mrs */
+	unsigned int nexports;
+	struct mrmgr_export *exports;    /* the region's live exports */
+	unsigned int naliases;
+	struct mrmgr_alias *aliases;     /* alias.c: its live aliases */
+	int in_set;                      /* counted in share_sets */
+};
+
+/* alias.c: an alias's mapping keeps the original's offset within this. */
+#define MRMGR__ALIAS_ALIGN (UINT64_C(4) << 20)
+
+/* An alias (alias.c); fields under its cache's lock. */
+struct mrmgr_alias {
+	struct mrmgr_alias *next, *prev; /* the region's aliases */
+	struct mrmgr_cache *cache;       /* NULL once forced */
+	struct mrmgr_region *r;          /* pinned while cache != NULL */
+	struct ibv_mr *mr;               /* NULL once forced */
+	void *addr;                      /* its own mapping of the file */
+	uint64_t len;
+	unsigned int access;
+	int revoked;                     /* atomic */
+};
+
+/* alias.c: revoke by force, lock held; returns the region to unpin. */
+struct mrmgr_region *mrmgr__alias_force(struct mrmgr_cache *c,
+					struct mrmgr_alias *al);
+
+/* A cache's share state, made on first need (multi-PD creation, first
+ * export). */
+struct mrmgr__share_cache {
+	struct ibv_pd **pds;             /* multi-PD: npds PDs, [0] = c->pd */
+	size_t npds;                     /* 0 for a single-PD cache */
+};
+
+/* cache.c hooks. Cache lock held. */
+void mrmgr__share_region_new(struct mrmgr_cache *c, struct mrmgr_region *r);
+void mrmgr__share_region_release(struct mrmgr_cache *c, struct mrmgr_region *r);
+void mrmgr__share_invalidated(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Revoke every export (drops their pins); returns how many. */
+uint64_t mrmgr__share_force(struct mrmgr_cache *c);
+/* Log which share-set members keep the cache busy. */
+void mrmgr__share_report_busy(struct mrmgr_cache *c);
+/* Cache destruction: free the region's share state / the cache's. */
+void mrmgr__share_region_free(struct mrmgr_region *r);
+void mrmgr__share_cache_free(struct mrmgr_cache *c);
+
+/* share.c, for multipd.c: the region's share state, made on first need
+ * (ENOMEM), and the share_sets gauge after a membership change. */
+int mrmgr__share_get(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* The cache's share state, made on first need (ENOMEM). */
+int mrmgr__share_cache_get(struct mrmgr_cache *c);
+/* A new export or alias of r (counted in r's share state already): pin r
+ * (one reference) and mark it shared. Lock held, r held by the caller. */
+void mrmgr__share_pin(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* An export or alias of r is gone (uncounted already): r stays shared
+ * while it has members. Lock held; the pin is the caller's to drop. */
+void mrmgr__share_member_gone(struct mrmgr_cache *c, struct mrmgr_region *r);
+void mrmgr__share_update_set(struct mrmgr_cache *c, struct mrmgr_region *r);
+
+/* share.c, for share_server.c: importers attached to an export change by
+ * delta (share_importers, imports). */
+void mrmgr__export_importers(struct mrmgr_export *e, int delta);
+
+/* Whether the device of pd can import (0) or not (EOPNOTSUPP), asked once
+ * per device; another errno when the question could not be asked. */
+int mrmgr__share_probe(struct ibv_pd *pd);
+
+/* import.c, for share_client.c: the owner revoked the import. */
+struct mrmgr_import;
+void mrmgr__import_set_revoked(struct mrmgr_import *imp);
+
+/* multipd.c */
+/* A multi-PD get (pd NULL: the cache's first PD); the body of mrmgr_get()
+ * and mrmgr_get_pd() on such a cache. */
+int mrmgr__multi_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
+		     uint64_t last, unsigned int access, unsigned int slot,
+		     struct mrmgr_region **out);
+/* Index of pd among the cache's PDs, or -1. */
+int mrmgr__multi_pd_index(const struct mrmgr_cache *c, const struct ibv_pd *pd);
+/* The MR a region has in the cache's PD i (acquire), or NULL. */
+struct ibv_mr *mrmgr__multi_mr(const struct mrmgr_region *r, size_t i);
+/* Deregister the region's MRs other than r->mr. Lock held. */
+void mrmgr__multi_release(struct mrmgr_cache *c, struct mrmgr_region *r);
+
+/*
+ * The MR the plain accessors (mrmgr_region_mr(), _lkey, _rkey) report:
+ * in a multi-PD cache the one in the cache's first PD (NULL until a get
+ * asked for it there), else the region's own.
+ */
+static inline struct ibv_mr *mrmgr__region_plain_mr(const struct mrmgr_region *r)
+{
+	const struct mrmgr__share *sh = __atomic_load_n(&r->share, __ATOMIC_ACQUIRE);
+
+	if (mrmgr__unlikely(sh && sh->pd_mrs))
+		return __atomic_load_n(&sh->pd_mrs[0], __ATOMIC_ACQUIRE);
+	return r->mr;
+}
+
+#endif /* MRMGR__SHARE_H */

@@ -1,0 +1,335 @@
+/*
+ * Cross-process sharing on the simulated HCA: the export table behind a
+ * device's cmd_fd, and ibv_import_device/_pd/_mr as rdma-core defines them.
+ *
+ * A real device's PDs and MRs are kernel objects hanging off the uverbs
+ * file; ibv_import_device() on a dup of that file (passed with
+ * SCM_RIGHTS) lets another process name them by handle, and
+ * ibv_import_pd()/ibv_import_mr() query their attributes from the
+ * kernel. The sim has no kernel, so the owner keeps the part of its state
+ * an importer needs in a table in a memfd, and that memfd is the
+ * device's cmd_fd:
+ *
+ *   header    magic, version, personality, owner pid, owner token, name
+ *   MR table  handle, PD handle, keys, access, address, length, state
+ *   PD table  handle, state
+ *
+ * The owner writes entries under its device lock at every registration,
+ * re-registration, deregistration, PD allocation and deallocation, with
+ * pwrite() through a descriptor of its own (it maps nothing, so opening a
+ * device never takes an address the program has just unmapped); readers
+ * in other processes see them through a read-only shared mapping, each
+ * entry guarded by a sequence count (odd while written). cmd_fd itself is
+ * a read-only open of the memfd, so a sim context handed to libibverbs by
+ * mistake cannot write to the table through it. Entries are found by
+ * handle hash with a few probes; an MR that finds no free entry cannot be
+ * imported (mrmgr_sim_stats::unexportable_mrs).
+ *
+ * What an import is, as in rdma-core: the same handles and keys, no
+ * reference counting. When the owner deregisters an MR its entry goes
+ * free and every import of it is dead (ENOENT on access), exactly the
+ * hazard the man page leaves to the application and libmrmgr's sharing
+ * layer exists to prevent.
+ *
+ * Accesses through an imported PD reach the owner's memory:
+ *   - in the owner's process, through the owner's own MR (looked up by
+ *     key under the owner's lock), so bounds, access and page identity
+ *     are the owner's checks;
+ *   - from another process, with process_vm_writev()/readv() on the
+ *     owner's pid (needs ptrace permission over it: same user and Yama
+ *     scope 0 or a descendant, or CAP_SYS_PTRACE), and page identity
+ *     against the PFNs read from /proc/<owner>/pagemap at import (PFNs
+ *     are shown with CAP_SYS_ADMIN only; else the import is unverified).
+ * Not modelled across processes: ODP faults (an imported ODP MR reads and
+ * writes the pages mapped now), a re-registration's revocation window,
+ * and MRs registered by a fork child through its parent's device (they
+ * are not published: the table is its opener's).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "compiler.h"
+#include "log.h"
+#include "sim/sim_internal.h"
+#include "sim/sim_share.h"
+
+/*
+ * Owner side: the device's own table, written through a private
+ * descriptor (no mapping in the owner: opening a device maps nothing, so
+ * it never takes an address a program has just unmapped), with a shadow
+ * of each entry's sequence count and of which entries are used.
+ */
+struct mrmgr__sim_share {
+	int wfd;   /* read-write; cmd_fd is a read-only open of the same file */
+	pid_t pid; /* the opener: only it writes (see the header comment) */
+	uint32_t mr_seq[MRMGR__SIM_TBL_MRS];
+	uint32_t pd_seq[MRMGR__SIM_TBL_PDS];
+	uint64_t mr_used[MRMGR__SIM_TBL_MRS / 64];
+	uint64_t pd_used[MRMGR__SIM_TBL_PDS / 64];
+};
+
+/* ------------------------------------------------------------ owner */
+
+static int pwrite_all(int fd, const void *buf, size_t n, off_t off)
+{
+	while (n) {
+		ssize_t w = pwrite(fd, buf, n, off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		buf = (const char *)buf + w;
+		n -= (size_t)w;
+		off += w;
+	}
+	return 0;
+}
+
+void mrmgr__sim_share_open(struct mrmgr__sim_ctx *s)
+{
+	struct mrmgr__sim_share *sh = calloc(1, sizeof(*sh));
+	struct mrmgr__sim_tbl_hdr h;
+	char path[64];
+	int fd = -1, ro = -1;
+
+	if (!sh)
+		goto fail;
+	fd = memfd_create("mrmgr-sim-uverbs", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, (off_t)MRMGR__SIM_TBL_BYTES) != 0)
+		goto fail;
+	memset(&h, 0, sizeof(h));
+	h.magic = MRMGR__SIM_TBL_MAGIC;
+	h.version = MRMGR__SIM_TBL_VERSION;
+	h.personality = s->personality;
+	h.nmrs = MRMGR__SIM_TBL_MRS;
+	h.npds = MRMGR__SIM_TBL_PDS;
+	h.owner_pid = (int32_t)getpid();
+	h.owner_token = (uint64_t)(uintptr_t)&s->ibctx;
+	h.size = MRMGR__SIM_TBL_BYTES;
+	snprintf(h.name, sizeof(h.name), "%s", s->ibdev.name);
+	if (pwrite_all(fd, &h, sizeof(h), 0))
+		goto fail;
+	(void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+	/* Importers get a read-only descriptor: a sim context handed to
+	 * libibverbs by mistake cannot write to the table through it. */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	sh->wfd = fd;
+	sh->pid = getpid();
+	s->share = sh;
+	s->ibctx.cmd_fd = ro >= 0 ? ro : fd;
+	return;
+fail:
+	mrmgr__info("sim %s: no export table (%s): its objects cannot be "
+		    "imported", s->ibdev.name, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	free(sh);
+}
+
+void mrmgr__sim_share_close(struct mrmgr__sim_ctx *s)
+{
+	if (s->share) {
+		if (s->share->wfd != s->ibctx.cmd_fd)
+			close(s->share->wfd);
+		free(s->share);
+		s->share = NULL;
+	}
+	if (s->imp) {
+		munmap((void *)(uintptr_t)s->imp->map, s->imp->size);
+		if (s->imp->pagemap_fd >= 0)
+			close(s->imp->pagemap_fd);
+		free(s->imp->mrs);
+		free(s->imp);
+		s->imp = NULL;
+	}
+	if (s->ibctx.cmd_fd >= 0)
+		close(s->ibctx.cmd_fd);
+	s->ibctx.cmd_fd = -1;
+}
+
+/*
+ * Write an entry for readers in other processes: its sequence count odd,
+ * the body, the count even, each a write of its own so a reader that saw
+ * the same even count before and after its copy saw no write. The owner's
+ * device lock serialises writers.
+ */
+static void write_entry(const struct mrmgr__sim_share *sh, off_t off,
+			uint32_t *seq, const void *body, size_t n)
+{
+	uint32_t v = ++*seq;
+
+	if (pwrite_all(sh->wfd, &v, sizeof(v), off) ||
+	    pwrite_all(sh->wfd, body, n, off + (off_t)sizeof(v)))
+		mrmgr__warn("sim: writing the export table failed: %s",
+			    strerror(errno));
+	v = ++*seq;
+	(void)pwrite_all(sh->wfd, &v, sizeof(v), off);
+}
+
+static int writer(const struct mrmgr__sim_ctx *s)
+{
+	return s->share && s->share->pid == getpid();
+}
+
+static int take_free(uint64_t *used, uint32_t n, uint32_t handle, uint32_t *idx)
+{
+	for (uint32_t i = 0; i < MRMGR__SIM_TBL_PROBES; i++) {
+		uint32_t k = (handle + i) & (n - 1);
+
+		if (!(used[k / 64] & (UINT64_C(1) << (k % 64)))) {
+			used[k / 64] |= UINT64_C(1) << (k % 64);
+			*idx = k;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+void mrmgr__sim_share_mr(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m,
+			 int live)
+{
+	struct mrmgr__sim_share *sh = s->share;
+	struct mrmgr__sim_tbl_mr e;
+	uint32_t k;
+
+	if (!writer(s))
+		return;
+	if (m->share_slot) {
+		k = m->share_slot - 1;
+	} else if (live) {
+		if (!take_free(sh->mr_used, MRMGR__SIM_TBL_MRS, m->ibmr.handle, &k)) {
+			s->stats.unexportable_mrs++;
+			return;
+		}
+		m->share_slot = k + 1;
+	} else {
+		return;
+	}
+	memset(&e, 0, sizeof(e));
+	if (live) {
+		e.state = MRMGR__SIM_ENTRY_LIVE;
+		e.handle = m->ibmr.handle;
+		e.pd_handle = m->spd->ibpd.handle;
+		e.lkey = m->ibmr.lkey;
+		e.rkey = m->ibmr.rkey;
+		e.access = m->access;
+		e.addr = (uint64_t)(uintptr_t)m->ibmr.addr;
+		e.length = m->ibmr.length;
+	} else {
+		sh->mr_used[k / 64] &= ~(UINT64_C(1) << (k % 64));
+		m->share_slot = 0;
+	}
+	write_entry(sh, (off_t)(MRMGR__SIM_TBL_MRS_OFF + k * sizeof(e)), &sh->mr_seq[k],
+		    &e.state, sizeof(e) - offsetof(struct mrmgr__sim_tbl_mr, state));
+}
+
+void mrmgr__sim_share_pd(struct mrmgr__sim_ctx *s, struct mrmgr__sim_pd *spd,
+			 int live)
+{
+	struct mrmgr__sim_share *sh = s->share;
+	struct mrmgr__sim_tbl_pd e;
+	uint32_t k;
+
+	if (!writer(s))
+		return;
+	if (spd->share_slot) {
+		k = spd->share_slot - 1;
+	} else if (live) {
+		if (!take_free(sh->pd_used, MRMGR__SIM_TBL_PDS, spd->ibpd.handle, &k))
+			return;
+		spd->share_slot = k + 1;
+	} else {
+		return;
+	}
+	memset(&e, 0, sizeof(e));
+	e.state = live ? MRMGR__SIM_ENTRY_LIVE : MRMGR__SIM_ENTRY_FREE;
+	e.handle = spd->ibpd.handle;
+	if (!live) {
+		sh->pd_used[k / 64] &= ~(UINT64_C(1) << (k % 64));
+		spd->share_slot = 0;
+	}
+	write_entry(sh, (off_t)(MRMGR__SIM_TBL_PDS_OFF + k * sizeof(e)), &sh->pd_seq[k],
+		    &e.state, sizeof(e) - offsetof(struct mrmgr__sim_tbl_pd, state));
+}
+
+int mrmgr__sim_can_import(struct ibv_context *ctx)
+{
+	struct mrmgr__sim_ctx *s = mrmgr__sim_ctx_find(ctx);
+
+	return s && s->personality != MRMGR_SIM_RXE &&
+	       (s->share || s->imp) && s->ibctx.cmd_fd >= 0;
+}
+
+/* ------------------------------------------------------------ readers */
+
+/* A consistent copy of an MR entry (the owner may be writing it). */
+void mrmgr__sim_tbl_read_mr(const struct mrmgr__sim_tbl_mr *e, struct mrmgr__sim_tbl_mr *out)
+{
+	for (;;) {
+		uint32_t s0 = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+
+		if (!(s0 & 1)) {
+			out->state = __atomic_load_n(&e->state, __ATOMIC_RELAXED);
+			out->handle = __atomic_load_n(&e->handle, __ATOMIC_RELAXED);
+			out->pd_handle = __atomic_load_n(&e->pd_handle, __ATOMIC_RELAXED);
+			out->lkey = __atomic_load_n(&e->lkey, __ATOMIC_RELAXED);
+			out->rkey = __atomic_load_n(&e->rkey, __ATOMIC_RELAXED);
+			out->access = __atomic_load_n(&e->access, __ATOMIC_RELAXED);
+			out->addr = __atomic_load_n(&e->addr, __ATOMIC_RELAXED);
+			out->length = __atomic_load_n(&e->length, __ATOMIC_RELAXED);
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (__atomic_load_n(&e->seq, __ATOMIC_RELAXED) == s0)
+				return;
+		}
+		sched_yield();
+	}
+}
+
+int mrmgr__sim_tbl_find_mr(const struct mrmgr__sim_import *imp, uint32_t handle,
+		   struct mrmgr__sim_tbl_mr *out, uint32_t *slot)
+{
+	const struct mrmgr__sim_tbl_mr *t = mrmgr__sim_tbl_mrs(imp->map);
+
+	for (uint32_t i = 0; i < MRMGR__SIM_TBL_PROBES; i++) {
+		uint32_t idx = (handle + i) & (MRMGR__SIM_TBL_MRS - 1);
+
+		mrmgr__sim_tbl_read_mr(&t[idx], out);
+		if (out->state == MRMGR__SIM_ENTRY_LIVE && out->handle == handle) {
+			*slot = idx;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int mrmgr__sim_tbl_find_pd(const struct mrmgr__sim_import *imp, uint32_t handle)
+{
+	const struct mrmgr__sim_tbl_pd *t = mrmgr__sim_tbl_pds(imp->map);
+
+	for (uint32_t i = 0; i < MRMGR__SIM_TBL_PROBES; i++) {
+		const struct mrmgr__sim_tbl_pd *e = &t[(handle + i) & (MRMGR__SIM_TBL_PDS - 1)];
+		uint32_t s0, state, h;
+
+		do {
+			s0 = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+			state = __atomic_load_n(&e->state, __ATOMIC_RELAXED);
+			h = __atomic_load_n(&e->handle, __ATOMIC_RELAXED);
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		} while ((s0 & 1) || __atomic_load_n(&e->seq, __ATOMIC_RELAXED) != s0);
+		if (state == MRMGR__SIM_ENTRY_LIVE && h == handle)
+			return 1;
+	}
+	return 0;
+}

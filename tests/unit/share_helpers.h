@@ -1,0 +1,133 @@
+/*
+ * Helpers for the shared-MR tests: a simulated device with several PDs,
+ * a multi-PD cache over them, log capture, and sim accesses through a
+ * region's keys in each PD.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef MRMGR_TEST_SHARE_HELPERS_H
+#define MRMGR_TEST_SHARE_HELPERS_H
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+#define MAXPD 4
+
+struct mfx {
+	struct ibv_context *ctx[MAXPD]; /* ctx[i] NULL: same as ctx[0] */
+	struct ibv_pd *pd[MAXPD];
+	size_t npd;
+	mrmgr_cache_t *cache;
+};
+
+/* npd PDs, on one device (devices 1) or one device each (devices npd). */
+static inline void mfx_open(struct mfx *m, size_t npd, size_t devices,
+			    const struct mrmgr_sim_attr *sa,
+			    const struct mrmgr_cache_attr *ca)
+{
+	memset(m, 0, sizeof(*m));
+	m->npd = npd;
+	for (size_t i = 0; i < npd; i++) {
+		if (i < devices)
+			cr_assert_eq(mrmgr_sim_open(sa, &m->ctx[i]), 0);
+		cr_assert_eq(mrmgr_sim_alloc_pd(m->ctx[i < devices ? i : 0], &m->pd[i]), 0);
+	}
+	cr_assert_eq(mrmgr_cache_create_multi(m->pd, npd, ca, &m->cache), 0);
+}
+
+static inline void mfx_close(struct mfx *m)
+{
+	if (m->cache)
+		cr_assert_eq(mrmgr_cache_destroy(m->cache), 0);
+	for (size_t i = 0; i < m->npd; i++)
+		cr_assert_eq(mrmgr_sim_dealloc_pd(m->pd[i]), 0);
+	for (size_t i = 0; i < MAXPD; i++) {
+		if (!m->ctx[i])
+			continue;
+		struct mrmgr_sim_stats ss = sstats(m->ctx[i]);
+
+		cr_assert_eq(ss.live_mrs, 0, "device %zu leaked %llu MRs", i,
+			     (unsigned long long)ss.live_mrs);
+		cr_assert_eq(ss.pinned_bytes, 0);
+		cr_assert_eq(mrmgr_sim_close(m->ctx[i]), 0);
+	}
+}
+
+static inline uint64_t live_mrs_all(const struct mfx *m)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < MAXPD; i++)
+		if (m->ctx[i])
+			n += sstats(m->ctx[i]).live_mrs;
+	return n;
+}
+
+/* A simulated RDMA WRITE of byte c over [p, p+len) through r's keys in pd. */
+static inline int write_via(struct ibv_pd *pd, uint32_t rkey, void *p,
+			    size_t len, int c)
+{
+	char *src = malloc(len);
+	int ret;
+
+	cr_assert_not_null(src);
+	memset(src, c, len);
+	ret = mrmgr_sim_write(pd, rkey, (uint64_t)(uintptr_t)p, src, len);
+	free(src);
+	return ret;
+}
+
+static inline int all_bytes(const void *p, size_t len, int c)
+{
+	for (size_t i = 0; i < len; i++)
+		if (((const unsigned char *)p)[i] != (unsigned char)c)
+			return 0;
+	return 1;
+}
+
+/* Log capture: the last lines at or above warn, concatenated. */
+struct captured {
+	char text[8192];
+	unsigned int lines;
+};
+static struct captured captured;
+
+static inline void capture_fn(enum mrmgr_log_level level, const char *msg,
+			      void *arg)
+{
+	size_t n = strlen(captured.text);
+
+	(void)level;
+	(void)arg;
+	captured.lines++;
+	if (n + strlen(msg) + 2 < sizeof(captured.text)) {
+		strcat(captured.text, msg);
+		strcat(captured.text, "\n");
+	}
+}
+
+static inline void capture_start(void)
+{
+	memset(&captured, 0, sizeof(captured));
+	mrmgr_set_log_handler(capture_fn, NULL, MRMGR_LOG_WARN);
+}
+
+static inline void capture_stop(void)
+{
+	mrmgr_set_log_handler(NULL, NULL, MRMGR_LOG_WARN);
+}
+
+/* The members of r's share set, counted by kind. */
+static inline size_t shares(mrmgr_region_t *r, struct mrmgr_share_info *info,
+			    size_t max)
+{
+	size_t n = 0;
+
+	cr_assert_eq(mrmgr_region_query_shares(r, info, max, sizeof(*info), &n), 0);
+	return n;
+}
+
+#endif

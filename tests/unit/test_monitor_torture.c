@@ -1,0 +1,222 @@
+/*
+ * Torture: two threads, more than 100,000 random memory events of every
+ * kind (libc and raw syscall), mixed with gets, puts, held regions and
+ * simulated writes, all on one cache. Slots of memory are shared by both
+ * threads under a mutex per slot, so whoever gets a slot has observed the
+ * last change to it: every write through a region obtained after that
+ * change must land (zero stale accesses), and at the end no MR is left.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "monitor_helpers.h"
+
+#define SLOTS 16
+#define SLOT_LEN (16 * KiB)
+#define PAGE ((size_t)4096)
+#define EVENTS_PER_THREAD 50500
+
+struct slot {
+	pthread_mutex_t m;
+	char *p;
+	mrmgr_region_t *held; /* may be stale after an event: never written */
+};
+
+struct torture {
+	struct fixture f;
+	struct slot s[SLOTS];
+	uint64_t events[16];
+	uint64_t writes;
+};
+
+enum ev {
+	EV_MUNMAP, EV_MUNMAP_RAW, EV_FIXED, EV_FIXED_RAW, EV_MOVE, EV_MOVE_RAW,
+	EV_SHRINK, EV_SHRINK_RAW, EV_DONTNEED, EV_DONTNEED_RAW, EV_FREE,
+	EV_FREE_RAW, EV_KINDS
+};
+
+static uint64_t shrinks;
+
+static void *mm(void *p, size_t l, int flags, int raw)
+{
+	int prot = PROT_READ | PROT_WRITE;
+
+	flags |= MAP_PRIVATE | MAP_ANONYMOUS;
+	return raw ? (void *)syscall(SYS_mmap, p, l, prot, flags, -1, 0)
+		   : mmap(p, l, prot, flags, -1, 0);
+}
+
+static void back(char *p, size_t l, int raw)
+{
+	cr_assert_eq(mm(p, l, MAP_FIXED_NOREPLACE, raw), (void *)p);
+}
+
+/*
+ * Change pages [off, off+len) of slot memory p, leave it mapped. Moves go
+ * to the thread's scratch mapping: an mmap(NULL) here could land in a
+ * hole the other thread has just punched in its slot.
+ */
+static void event(char *p, enum ev k, size_t off, size_t len, char *scratch)
+{
+	int raw = k & 1;
+	char *e = p + off;
+
+	switch (k) {
+	case EV_MUNMAP:
+	case EV_MUNMAP_RAW:
+		cr_assert_eq(raw ? syscall(SYS_munmap, e, len) : munmap(e, len), 0);
+		back(e, len, raw);
+		break;
+	case EV_FIXED:
+	case EV_FIXED_RAW:
+		cr_assert_eq(mm(e, len, MAP_FIXED, raw), (void *)e);
+		break;
+	case EV_MOVE:
+	case EV_MOVE_RAW:
+		/* Page by page: events split slots into several VMAs, and a
+		 * move of several VMAs over registered ones may fail half done
+		 * (EFAULT, Linux 6.17+). One page is always one VMA. */
+		for (size_t o = 0; o < len; o += PAGE) {
+			void *r = raw ? (void *)syscall(SYS_mremap, e + o, PAGE, PAGE,
+						      MREMAP_MAYMOVE | MREMAP_FIXED,
+						      scratch)
+				      : mremap(e + o, PAGE, PAGE,
+					       MREMAP_MAYMOVE | MREMAP_FIXED, scratch);
+
+			cr_assert_eq(r, (void *)scratch, "mremap: %s", strerror(errno));
+			back(e + o, PAGE, raw);
+		}
+		break;
+	case EV_SHRINK:
+	case EV_SHRINK_RAW: {
+		/* Take page t away by shrinking [t - PAGE, t + PAGE) to one
+		 * page. mremap wants one VMA, and registration splits them at
+		 * region edges: where t starts a VMA, munmap it instead. */
+		char *t = e + len - PAGE > p ? e + len - PAGE : p + PAGE, *r;
+
+		r = raw ? (char *)syscall(SYS_mremap, t - PAGE, 2 * PAGE, PAGE, 0)
+			: mremap(t - PAGE, 2 * PAGE, PAGE, 0);
+		if (r == t - PAGE)
+			__atomic_fetch_add(&shrinks, 1, __ATOMIC_RELAXED);
+		else
+			cr_assert_eq(munmap(t, PAGE), 0);
+		back(t, PAGE, raw);
+		memset(t, 'e', PAGE);
+		break;
+	}
+	case EV_DONTNEED:
+	case EV_DONTNEED_RAW:
+		cr_assert_eq(raw ? syscall(SYS_madvise, e, len, MADV_DONTNEED)
+				 : madvise(e, len, MADV_DONTNEED), 0);
+		break;
+	case EV_FREE:
+	case EV_FREE_RAW:
+		cr_assert_eq(raw ? syscall(SYS_madvise, e, len, MADV_FREE)
+				 : madvise(e, len, MADV_FREE), 0);
+		break;
+	default:
+		break;
+	}
+	memset(e, 'e', len);
+}
+
+static void *worker(void *arg)
+{
+	struct torture *t = arg;
+	unsigned int seed = (unsigned int)(uintptr_t)pthread_self() ^ 0x5eed;
+	uint64_t done = 0, writes = 0;
+	char *scratch = map_rw(SLOT_LEN, 0);
+
+	while (done < EVENTS_PER_THREAD) {
+		struct slot *s = &t->s[rand_r(&seed) % SLOTS];
+		int op = rand_r(&seed) % 8;
+		size_t off = (size_t)(rand_r(&seed) % (SLOT_LEN / PAGE)) * PAGE;
+		size_t len = PAGE * (1 + (size_t)(rand_r(&seed) % ((SLOT_LEN - off) / PAGE)));
+		mrmgr_region_t *r;
+
+		pthread_mutex_lock(&s->m);
+		if (op < 4) {
+			enum ev k = (enum ev)(rand_r(&seed) % EV_KINDS);
+
+			event(s->p, k, off, len, scratch);
+			__atomic_fetch_add(&t->events[k], 1, __ATOMIC_RELAXED);
+			done++;
+		} else if (op < 7) {
+			char b = (char)('a' + rand_r(&seed) % 26);
+			size_t w = off + (size_t)(rand_r(&seed) % len);
+			int ret;
+
+			cr_assert_eq(mrmgr_get(t->f.cache, s->p + off, len, RW, &r), 0);
+			ret = mrmgr_sim_write(t->f.pd, mrmgr_region_rkey(r),
+					      (uint64_t)(uintptr_t)(s->p + w), &b, 1);
+			cr_assert_eq(ret, 0, "write through a fresh region: %s",
+				     strerror(ret));
+			cr_assert_eq(s->p[w], b);
+			writes++;
+			/* Sometimes keep it: a region in use across events. */
+			if (!s->held && rand_r(&seed) % 2)
+				s->held = r;
+			else
+				mrmgr_put(r);
+		} else if (s->held) {
+			mrmgr_put(s->held);
+			s->held = NULL;
+		}
+		pthread_mutex_unlock(&s->m);
+	}
+	__atomic_fetch_add(&t->writes, writes, __ATOMIC_RELAXED);
+	munmap(scratch, SLOT_LEN);
+	return NULL;
+}
+
+Test(torture, two_threads_100k_events, .timeout = 600)
+{
+	static struct torture t;
+	struct mrmgr_cache_attr a = {
+		.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES, .max_bytes = 1ull << 32,
+	};
+	struct mrmgr_monitor_info m;
+	uint64_t total = 0;
+	pthread_t th[2];
+
+	need_identity();
+	fx_open(&t.f, NULL, &a);
+	for (int i = 0; i < SLOTS; i++) {
+		pthread_mutex_init(&t.s[i].m, NULL);
+		t.s[i].p = map_rw(SLOT_LEN, 's');
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_create(&th[i], NULL, worker, &t);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < SLOTS; i++) {
+		if (t.s[i].held)
+			mrmgr_put(t.s[i].held);
+	}
+	for (int k = 0; k < EV_KINDS; k++) {
+		cr_assert_gt(t.events[k], 1000, "event kind %d too rare", k);
+		total += t.events[k];
+	}
+	cr_assert_geq(total, 100000);
+	cr_assert_gt(shrinks, 1000, "mremap shrinks: %llu", (unsigned long long)shrinks);
+	cr_assert_gt(t.writes, 50000);
+	cr_assert_eq(sstats(t.f.ctx).stale_accesses, 0);
+	cr_assert_eq(mrmgr_cache_query_monitor(t.f.cache, &m, sizeof(m)), 0);
+	cr_log_info("%llu events, %llu writes; cache applied %llu events, "
+		    "invalidated %llu regions, %llu overflows; %llu uffd events",
+		    (unsigned long long)total, (unsigned long long)t.writes,
+		    (unsigned long long)m.events, (unsigned long long)m.invalidations,
+		    (unsigned long long)m.overflows, (unsigned long long)m.uffd_events);
+	if (m.sources & MRMGR_MONITOR_SRC_UFFD)
+		cr_assert_gt(m.invalidations, 1000);
+	cr_assert_eq(cstats(t.f.cache).regions_in_use, 0);
+	fx_close(&t.f); /* asserts the device's live MRs are back to zero */
+	for (int i = 0; i < SLOTS; i++)
+		munmap(t.s[i].p, SLOT_LEN);
+}
