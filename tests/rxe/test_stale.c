@@ -10,7 +10,8 @@
  *  - the negative control shows the misdirected write happening on the
  *    device (so the positive test below can fail);
  *  - the positive test shows that after mrmgr_invalidate() the cache gives
- *    a registration of the new pages and the bytes arrive.
+ *    a registration of the new pages and the bytes arrive;
+ *  - test_monitor.c does it without mrmgr_invalidate().
  *
  * SPDX-License-Identifier: MIT
  */
@@ -142,10 +143,8 @@ Test(rxe_stale, invalidate_then_get_writes_into_the_new_pages)
 }
 
 /*
- * PLACEHOLDER (memory-event issue): stale_without_invalidate.
- * The same sequence as invalidate_then_get_writes_into_the_new_pages but
- * with NO mrmgr_invalidate() call: once the memory-event monitor lands,
- * the munmap itself must make the next mrmgr_get() register the new pages,
- * and the WRITE must land in the new buffer. Add it here as a real test
- * then; today the cache cannot know about the munmap.
+ * The same sequence WITHOUT mrmgr_invalidate(), where the memory-event
+ * monitor must notice the munmap by itself, is in test_monitor.c (munmap +
+ * mmap by libc and by raw syscall, free() + malloc() of 4 MiB blocks,
+ * madvise(MADV_DONTNEED), mremap move).
  */
