@@ -818,8 +818,10 @@ fast_hit(struct mrmgr_cache *c, uintptr_t a, size_t length,
 	uint64_t *w, old;
 
 	/*
-	 * Plausible arguments: a non-NULL address, a length that neither is
-	 * zero nor wraps (end < a catches both), known access bits (of which
+	 * Plausible arguments: a length that neither is zero nor wraps
+	 * (end < a catches both; a NULL address needs no test of its own:
+	 * page 0 is never mapped, so no region covers it and the lookup
+	 * misses, leaving get() to refuse it), known access bits (of which
 	 * REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE: access values
 	 * 2, 6, 8, 10, 12 and 14 of the low four bits are bad); an index
 	 * (a cache with MRMGR_CACHE_DISABLE never has one: nothing is
@@ -830,7 +832,7 @@ fast_hit(struct mrmgr_cache *c, uintptr_t a, size_t length,
 	_Static_assert(MRMGR__CACHE_AUTO_PREFETCH == UINT64_C(1) << 63 &&
 			       MRMGR__CACHE_MULTI_PD == UINT64_C(1) << 62,
 		       "the top two bits of flags");
-	if (mrmgr__unlikely(!a) || mrmgr__unlikely(end < a) ||
+	if (mrmgr__unlikely(end < a) ||
 	    mrmgr__unlikely(access & ~(unsigned int)KNOWN_ACCESS) ||
 	    mrmgr__unlikely((0x55445544u >> (access & 31)) & 1) ||
 	    mrmgr__unlikely(!t) || mrmgr__unlikely(seq & 1) ||
