@@ -30,27 +30,9 @@
 #include <unistd.h>
 
 #include "monitor.h"
+#include "procfs.h"
 
-/* <linux/fs.h> of Linux 6.11; Debian 12's headers predate it. */
-struct mrmgr__procmap_query {
-	uint64_t size;
-	uint64_t query_flags;
-	uint64_t query_addr;
-	uint64_t vma_start;
-	uint64_t vma_end;
-	uint64_t vma_flags;
-	uint64_t vma_page_size;
-	uint64_t vma_offset;
-	uint64_t inode;
-	uint32_t dev_major;
-	uint32_t dev_minor;
-	uint32_t vma_name_size;
-	uint32_t build_id_size;
-	uint64_t vma_name_addr;
-	uint64_t build_id_addr;
-};
-#define MRMGR__PROCMAP_QUERY _IOWR('f', 17, struct mrmgr__procmap_query)
-#define MRMGR__PROCMAP_VMA_SHARED 0x08
+/* PROCMAP_QUERY is declared in procfs.h. */
 
 /* The kernel names anonymous MAP_HUGETLB memory after this file. */
 #define ANON_HUGE "/anon_hugepage"

@@ -27,32 +27,7 @@
 #include "odp.h"
 #include "procfs.h"
 
-/*
- * The PROCMAP_QUERY interface (linux/fs.h, Linux 6.11), declared here
- * because the headers of older systems lack it. Only the fields up to
- * vma_flags are read; size tells the kernel which layout we pass.
- */
-struct mrmgr__procmap_query {
-	uint64_t size;
-	uint64_t query_flags;
-	uint64_t query_addr;
-	uint64_t vma_start;
-	uint64_t vma_end;
-	uint64_t vma_flags;
-	uint64_t vma_page_size;
-	uint64_t vma_offset;
-	uint64_t inode;
-	uint32_t dev_major;
-	uint32_t dev_minor;
-	uint32_t vma_name_size;
-	uint32_t build_id_size;
-	uint64_t vma_name_addr;
-	uint64_t build_id_addr;
-};
-
-#define MRMGR__PROCMAP_QUERY _IOWR('f', 17, struct mrmgr__procmap_query)
-#define MRMGR__PROCMAP_READABLE 0x01
-#define MRMGR__PROCMAP_WRITABLE 0x02
+/* PROCMAP_QUERY is declared in procfs.h. */
 
 /* One /proc/self/maps descriptor per process for the ioctl. */
 static struct mrmgr__proc_file maps = MRMGR__PROC_FILE("/proc/self/maps");
