@@ -130,14 +130,22 @@ static int unsupported_errno(int err)
 	return err == EOPNOTSUPP || err == ENOSYS;
 }
 
-static void mark_unsupported(struct mrmgr_cache *c, int err)
+/*
+ * A failed rereg whose errno says the device cannot rereg at all: remember
+ * it for the device and count the fallback. Returns 0 for any other errno.
+ */
+static int note_unsupported(struct mrmgr_cache *c, int err)
 {
+	if (!unsupported_errno(err))
+		return 0;
 	if (c->rereg != MRMGR__REREG_NO)
 		mrmgr__info("%s cannot re-register (%s): growth and access "
 			    "upgrades register anew from now on",
 			    c->caps.name, strerror(err));
 	c->rereg = MRMGR__REREG_NO;
 	verdict_store(c, MRMGR__REREG_NO);
+	c->st.rereg_fallback_unsupported++;
+	return 1;
 }
 
 /*
@@ -286,6 +294,16 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 		   (unsigned long long)old_len, flags, (unsigned long long)start,
 		   (unsigned long long)len, access, code,
 		   code ? strerror(err) : "ok");
+	if (trans) {
+		/* The new translation is in force only on these two codes:
+		 * the region then takes the new watch, else drops it. */
+		if (code == 0 || code == IBV_REREG_MR_ERR_DO_FORK_OLD) {
+			mrmgr__mon_unwatch(c, r);
+			mrmgr__mon_watch_commit(c, &tx, r);
+		} else {
+			mrmgr__mon_watch_abort(c, &tx);
+		}
+	}
 	switch (code) {
 	case 0:
 	case IBV_REREG_MR_ERR_DO_FORK_OLD:
@@ -310,19 +328,10 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 		}
 		MRMGR__WRITE_ONCE(r->access, access);
 		r->gen = ++c->next_gen;
-		if (trans) {
-			mrmgr__mon_unwatch(c, r);
-			mrmgr__mon_watch_commit(c, &tx, r);
-		}
 		return REREG_DONE;
 	case IBV_REREG_MR_ERR_INPUT:
 	case IBV_REREG_MR_ERR_DONT_FORK_NEW:
-		if (trans)
-			mrmgr__mon_watch_abort(c, &tx);
-		if (unsupported_errno(err)) {
-			mark_unsupported(c, err);
-			c->st.rereg_fallback_unsupported++;
-		} else {
+		if (!note_unsupported(c, err)) {
 			c->st.rereg_fallback_input++;
 			mrmgr__info("rereg refused (%d, %s): the old MR stays "
 				    "valid; registering anew", code,
@@ -330,12 +339,7 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 		}
 		return REREG_KEPT;
 	default:
-		if (trans)
-			mrmgr__mon_watch_abort(c, &tx);
-		if (unsupported_errno(err)) {
-			mark_unsupported(c, err);
-			c->st.rereg_fallback_unsupported++;
-		} else {
+		if (!note_unsupported(c, err)) {
 			c->st.rereg_fallback_cmd++;
 			mrmgr__warn("rereg failed (%d, %s): the MR is dropped "
 				    "and registered anew", code, strerror(err));
