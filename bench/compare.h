@@ -35,7 +35,7 @@ static inline double now_ns(void)
 }
 
 /*
- * Spin for ns, as the simulated HCA does (lib/sim/sim_mr.c): the thread
+ * Spin for ns, as the simulated HCA does (sim/sim_mr.c): the thread
  * stays busy for as long as a real registration would keep it.
  */
 static inline void busy_wait_ns(uint64_t ns)

@@ -27,7 +27,7 @@
 /*
  * These tests measure growth (headroom, rereg fallback) on the device;
  * headroom is on only where the program reports memory changes itself
- * (see lib/headroom.c), so the caches here run with external monitoring.
+ * (see lib/ext/headroom.c), so the caches here run with external monitoring.
  * Set before Criterion forks its workers.
  */
 __attribute__((constructor)) static void growth_monitor_external(void)

@@ -1,5 +1,5 @@
 /*
- * Eviction policy (lib/evict.c): sizes weighed under the byte limit,
+ * Eviction policy (lib/core/evict.c): sizes weighed under the byte limit,
  * regions found held parked aside and given back when their holders go,
  * recency under the region limit.
  *

@@ -10,7 +10,7 @@
  * The fast path needs one load to know whether anything is pending: the
  * event word, (events pushed << 1) | reader busy, compared with the word
  * value at which the cache last drained (mon_seen, on the cache's
- * read-mostly line). See monitor_queue.c for why that is enough even
+ * read-mostly line). See queue.c for why that is enough even
  * though userfaultfd lets the unmapping thread go before the reader has
  * pushed the event.
  *
@@ -103,7 +103,7 @@ extern pthread_mutex_t mrmgr__mon_lock;
 
 enum mrmgr__src_state { SRC_UNTRIED = 0, SRC_ACTIVE, SRC_FAILED };
 
-/* userfaultfd (monitor_uffd.c); call with mrmgr__mon_lock held. */
+/* userfaultfd (uffd.c); call with mrmgr__mon_lock held. */
 int mrmgr__uffd_start(void);             /* 0 or why not */
 int mrmgr__uffd_state(int *err, uint32_t *flags, uint64_t *features);
 int mrmgr__uffd_register(uint64_t start, uint64_t last);   /* 0 or errno */
@@ -114,7 +114,7 @@ void mrmgr__uffd_fork_child(void);
 /* libmrmgr_hooks.so (monitor.c). */
 int mrmgr__hooks_state(int *err);
 
-/* What kind of memory [start, last] is (monitor_vma.c), mon lock held. */
+/* What kind of memory [start, last] is (os/vma.c), mon lock held. */
 enum mrmgr__vma_kind {
 	MRMGR__VMA_ANON_PRIVATE = 0, /* anonymous private: heap, stack, mmap */
 	MRMGR__VMA_FILE_PRIVATE,     /* private file mapping: .data, mmap'd files */
@@ -161,7 +161,7 @@ void mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
 void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx);
 void mrmgr__mon_unwatch(struct mrmgr_cache *c, struct mrmgr_region *r);
 
-/* Registry internals shared by monitor_watch.c and monitor.c. */
+/* Registry internals shared by watch.c and monitor.c. */
 void mrmgr__watch_stats(uint64_t *ranges, uint64_t *runs, uint64_t *budget);
 void mrmgr__watch_fork_child(void);
 
@@ -171,7 +171,7 @@ void mrmgr__watch_fork_child(void);
 void mrmgr__mon_cache_init(struct mrmgr_cache *c);
 void mrmgr__mon_cache_fini(struct mrmgr_cache *c);
 
-/* fork() (cache_fork.c). */
+/* fork() (core/fork.c). */
 void mrmgr__fork_track(struct mrmgr_cache *c);
 void mrmgr__fork_untrack(struct mrmgr_cache *c);
 

@@ -5,7 +5,7 @@
  * Sources are process-wide and start once, when the first cache that
  * wants them is created (again in a fork child, whose first cache get
  * needs them). A cache's mode only decides which of the running sources
- * may vouch for its regions (see monitor_watch.c).
+ * may vouch for its regions (see watch.c).
  *
  * SPDX-License-Identifier: MIT
  */

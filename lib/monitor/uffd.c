@@ -16,7 +16,7 @@
  *
  * The reader thread: polls the descriptor; when it is readable it sets
  * the queue's busy bit, read()s everything (non-blocking, until EAGAIN),
- * pushes every range, clears the bit (see monitor_queue.c for why).
+ * pushes every range, clears the bit (see queue.c for why).
  * While the kernel waits for that read(), the unmapping thread is
  * blocked, holding whatever it holds (a cache lock if a cache frees
  * memory under it, a malloc arena lock when free() trims the heap), so

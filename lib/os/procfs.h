@@ -29,7 +29,7 @@ int mrmgr__proc_file_fd(struct mrmgr__proc_file *f);
 /*
  * The PROCMAP_QUERY ioctl on /proc/self/maps (linux/fs.h, Linux 6.11),
  * declared here because the headers of older systems lack it; size tells
- * the kernel which layout we pass. Used by odp_maps.c and monitor_vma.c;
+ * the kernel which layout we pass. Used by odp_maps.c and os/vma.c;
  * both fall back to parsing the text where the kernel lacks it.
  */
 struct mrmgr__procmap_query {
