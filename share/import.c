@@ -213,32 +213,47 @@ MRMGR_EXPORT int mrmgr_importer_close(mrmgr_importer_t *imp)
 	return 0;
 }
 
-/* The imported PD for handle, imported on first use. Lock held. */
+/*
+ * The imported PD for handle, imported on first use. Lock held; let go
+ * while the backend imports (it may wait on the owner, a peer that need
+ * not answer promptly), so a slow import never blocks the importer's
+ * other calls.
+ */
 static int get_pd(struct mrmgr_importer *imp, uint32_t handle,
 		  struct ibv_pd **pd)
 {
 	struct ibv_pd *p;
 	int ret;
 
-	for (size_t i = 0; i < imp->npds; i++) {
-		if (imp->pds[i].handle == handle) {
-			imp->pds[i].refs++;
-			*pd = imp->pds[i].pd;
-			return 0;
+	for (int pass = 0;; pass++) {
+		for (size_t i = 0; i < imp->npds; i++) {
+			if (imp->pds[i].handle == handle) {
+				imp->pds[i].refs++;
+				*pd = imp->pds[i].pd;
+				if (pass) /* another thread imported it meanwhile */
+					imp->ops->unimport_pd(p);
+				return 0;
+			}
 		}
+		if (pass)
+			break;
+		pthread_mutex_unlock(&imp->lock);
+		ret = imp->ops->import_pd(imp->ctx, handle, &p);
+		pthread_mutex_lock(&imp->lock);
+		if (ret)
+			return ret;
 	}
 	if (imp->npds == imp->cap) {
 		size_t cap = imp->cap ? imp->cap * 2 : 4;
 		void *v = realloc(imp->pds, cap * sizeof(*imp->pds));
 
-		if (!v)
+		if (!v) {
+			imp->ops->unimport_pd(p);
 			return ENOMEM;
+		}
 		imp->pds = v;
 		imp->cap = cap;
 	}
-	ret = imp->ops->import_pd(imp->ctx, handle, &p);
-	if (ret)
-		return ret;
 	imp->pds[imp->npds++] = (struct ipd){ handle, 1, p };
 	*pd = p;
 	return 0;
@@ -291,7 +306,10 @@ MRMGR_EXPORT int mrmgr_import(mrmgr_importer_t *importer,
 	if (!imp)
 		return ENOMEM;
 	pthread_mutex_lock(&importer->lock);
+	importer->nimports++; /* counted now: close() waits for it */
 	ret = get_pd(importer, desc->pd_handle, &pd);
+	pthread_mutex_unlock(&importer->lock);
+	/* No lock while the backend imports: it may wait on the owner. */
 	if (!ret) {
 		ret = importer->ops->import_mr(pd, desc->mr_handle, &mr);
 		if (!ret && (mr->lkey != desc->lkey || mr->rkey != desc->rkey ||
@@ -304,12 +322,14 @@ MRMGR_EXPORT int mrmgr_import(mrmgr_importer_t *importer,
 			importer->ops->unimport_mr(mr);
 			ret = ESTALE;
 		}
-		if (ret)
-			put_pd(importer, pd);
 	}
-	if (!ret)
-		importer->nimports++;
-	pthread_mutex_unlock(&importer->lock);
+	if (ret) {
+		pthread_mutex_lock(&importer->lock);
+		if (pd)
+			put_pd(importer, pd);
+		importer->nimports--;
+		pthread_mutex_unlock(&importer->lock);
+	}
 	if (ret) {
 		free(imp);
 		if (ret != ESTALE)

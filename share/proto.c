@@ -86,44 +86,71 @@ int mrmgr__share_send(int sock, uint16_t type, uint64_t export_id,
 	}
 }
 
+/*
+ * Every descriptor that came with a datagram, whatever else is wrong with
+ * it: a peer may attach any number, to any message (even an empty one),
+ * and whatever the kernel installed is ours to close. What did not fit
+ * in ctl was never installed (MSG_CTRUNC: the kernel dropped it).
+ */
+static size_t take_fds(struct msghdr *mh, int *fds, size_t max)
+{
+	size_t n = 0;
+
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		const unsigned char *p = CMSG_DATA(c);
+		size_t k;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+		    c->cmsg_len < CMSG_LEN(0))
+			continue;
+		k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k && n < max; i++)
+			memcpy(&fds[n++], p + i * sizeof(int), sizeof(int));
+	}
+	return n;
+}
+
 int mrmgr__share_recv(int sock, struct mrmgr__share_msg *m, int *fd)
 {
+	/* Room for more descriptors than the protocol ever sends, so that
+	 * a peer's extras are received (and closed here) rather than
+	 * counted on being dropped by the kernel. */
 	union {
 		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(MRMGR__SHARE_MAX_FDS * sizeof(int))];
 	} ctl;
 	struct iovec iov = { m, sizeof(*m) };
 	struct msghdr mh = {
 		.msg_iov = &iov, .msg_iovlen = 1,
 		.msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf),
 	};
-	int got = -1;
+	int fds[MRMGR__SHARE_MAX_FDS];
+	size_t nfds, keep;
 	ssize_t n;
+	int ret = 0;
 
 	if (fd)
 		*fd = -1;
+	memset(&ctl, 0, sizeof(ctl));
 	do {
 		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 	} while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK ? EAGAIN : ECONNRESET;
-	if (n == 0)
-		return ECONNRESET; /* orderly hang-up */
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-		    c->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(&got, CMSG_DATA(c), sizeof(int));
-	if (n != (ssize_t)sizeof(*m) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-	    m->magic != MRMGR__SHARE_MAGIC || m->version != MRMGR__SHARE_PROTO) {
-		if (got >= 0)
-			close(got);
-		return EPROTO;
-	}
-	if (got >= 0 && !fd) {
-		close(got); /* a descriptor nobody asked for */
-		got = -1;
-	}
-	if (fd)
-		*fd = got;
-	return 0;
+	nfds = mh.msg_controllen ? take_fds(&mh, fds, MRMGR__SHARE_MAX_FDS) : 0;
+	if (n == 0 && !nfds && !(mh.msg_flags & MSG_CTRUNC))
+		ret = ECONNRESET; /* orderly hang-up (or an empty datagram) */
+	else if (n != (ssize_t)sizeof(*m) ||
+		 (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+		 m->magic != MRMGR__SHARE_MAGIC || m->version != MRMGR__SHARE_PROTO ||
+		 nfds > 1)
+		ret = EPROTO;
+	/* One descriptor, with a valid message, to a caller that takes one:
+	 * the caller's. Every other one is closed now. */
+	keep = !ret && fd && nfds == 1;
+	for (size_t i = keep; i < nfds; i++)
+		close(fds[i]);
+	if (keep)
+		*fd = fds[0];
+	return ret;
 }

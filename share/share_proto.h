@@ -27,6 +27,9 @@
 
 #define MRMGR__SHARE_MAGIC 0x4d525348u /* "MRSH" */
 #define MRMGR__SHARE_PROTO 1
+/* Descriptors one receive takes in (and closes, past the one a HELLO
+ * carries); more than fit are dropped by the kernel (MSG_CTRUNC). */
+#define MRMGR__SHARE_MAX_FDS 16
 
 enum mrmgr__share_msg_type {
 	MRMGR__MSG_HELLO = 1,
@@ -63,7 +66,9 @@ int mrmgr__share_send(int sock, uint16_t type, uint64_t export_id,
  * Receive one message without waiting. 0 (and *fd the descriptor that
  * came with it, or -1; pass fd NULL to refuse one), EAGAIN when there is
  * none, ECONNRESET when the peer is gone, EPROTO for anything that is not
- * this protocol.
+ * this protocol (wrong size, magic or version, truncated, more than one
+ * descriptor). Every descriptor the message brought is closed before
+ * this returns, except the one given to the caller in *fd.
  */
 int mrmgr__share_recv(int sock, struct mrmgr__share_msg *m, int *fd);
 

@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "compiler.h"
@@ -22,16 +24,51 @@
 #include "sim/sim_share.h"
 
 #define PAGE MRMGR__SIM_PAGE_SIZE
+/* No registration ends above this (x86-64 and AArch64 with 5-level
+ * tables reach 2^57): larger entries are forged. */
+#define MRMGR__SIM_MAX_VA (UINT64_C(1) << 57)
+/* Page identity is recorded for imports up to this many pages (64 GiB);
+ * larger ones are unverified rather than an unbounded allocation. */
+#define MAX_PFN_PAGES (UINT64_C(1) << 24)
 
 /* ------------------------------------------------------------ import */
+
+/*
+ * Whether fd can be a simulated device's table, and the errno if not.
+ * The descriptor may come from a hostile peer: it must be a memfd (on
+ * tmpfs: no hugetlbfs file, whose holes can SIGBUS a reader) of exactly
+ * the table's size, sealed so that size stays (a truncation after we map
+ * it would SIGBUS us).
+ */
+static int check_table_fd(int fd)
+{
+	struct statfs sf;
+	struct stat st;
+	int seals;
+
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    fstatfs(fd, &sf) != 0 || sf.f_type != TMPFS_MAGIC)
+		return EINVAL;
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0)
+		return EINVAL; /* not a memfd */
+	if ((seals & MRMGR__SIM_TBL_SEALS) != MRMGR__SIM_TBL_SEALS) {
+		mrmgr__warn("sim_import_device: fd %d is not sealed against "
+			    "resizing (seals %#x): refused", fd, (unsigned int)seals);
+		return EPROTO;
+	}
+	if ((uint64_t)st.st_size != MRMGR__SIM_TBL_BYTES)
+		return EINVAL;
+	return 0;
+}
 
 MRMGR_EXPORT int mrmgr_sim_import_device(int cmd_fd, struct ibv_context **ctx)
 {
 	struct mrmgr_sim_attr attr = { .comp_mask = MRMGR_SIM_ATTR_PERSONALITY };
+	const size_t size = MRMGR__SIM_TBL_BYTES;
 	struct mrmgr__sim_import *imp;
 	struct mrmgr__sim_ctx *s;
-	const struct mrmgr__sim_tbl_hdr *h;
-	struct stat st;
+	struct mrmgr__sim_tbl_hdr h;
 	void *map;
 	int ret;
 
@@ -39,51 +76,55 @@ MRMGR_EXPORT int mrmgr_sim_import_device(int cmd_fd, struct ibv_context **ctx)
 		mrmgr__warn("sim_import_device: %s", !ctx ? "NULL ctx" : "bad fd");
 		return EINVAL;
 	}
-	if (fstat(cmd_fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-	    (uint64_t)st.st_size < MRMGR__SIM_TBL_BYTES) {
-		mrmgr__warn("sim_import_device: fd %d is not a simulated "
-			    "device's command fd", cmd_fd);
-		return EINVAL;
+	ret = check_table_fd(cmd_fd);
+	if (ret) {
+		if (ret == EINVAL)
+			mrmgr__warn("sim_import_device: fd %d is not a simulated "
+				    "device's command fd", cmd_fd);
+		return ret;
 	}
-	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, cmd_fd, 0);
+	map = mmap(NULL, size, PROT_READ, MAP_SHARED, cmd_fd, 0);
 	if (map == MAP_FAILED)
 		return errno == ENOMEM ? ENOMEM : EINVAL;
-	h = map;
-	if (h->magic != MRMGR__SIM_TBL_MAGIC || h->version != MRMGR__SIM_TBL_VERSION ||
-	    h->size != MRMGR__SIM_TBL_BYTES || h->nmrs != MRMGR__SIM_TBL_MRS ||
-	    h->npds != MRMGR__SIM_TBL_PDS || h->personality > MRMGR_SIM_RXE) {
-		munmap(map, (size_t)st.st_size);
+	/* One copy of the header: the owner may rewrite it under us. */
+	memcpy(&h, map, sizeof(h));
+	h.name[sizeof(h.name) - 1] = '\0';
+	if (h.magic != MRMGR__SIM_TBL_MAGIC || h.version != MRMGR__SIM_TBL_VERSION ||
+	    h.size != MRMGR__SIM_TBL_BYTES || h.nmrs != MRMGR__SIM_TBL_MRS ||
+	    h.npds != MRMGR__SIM_TBL_PDS || h.personality > MRMGR_SIM_RXE ||
+	    h.owner_pid <= 0) {
+		munmap(map, size);
 		mrmgr__warn("sim_import_device: fd %d is not a simulated "
 			    "device's command fd", cmd_fd);
 		return EINVAL;
 	}
-	if (h->personality == MRMGR_SIM_RXE) {
+	if (h.personality == MRMGR_SIM_RXE) {
 		/* rdma_rxe has no import_device: rdma-core's stub refuses. */
-		munmap(map, (size_t)st.st_size);
+		munmap(map, size);
 		mrmgr__dbg("sim_import_device: %s (rxe) cannot be imported",
-			   h->name);
+			   h.name);
 		return EOPNOTSUPP;
 	}
 	imp = calloc(1, sizeof(*imp));
 	if (!imp) {
-		munmap(map, (size_t)st.st_size);
+		munmap(map, size);
 		return ENOMEM;
 	}
 	imp->map = map;
-	imp->size = (size_t)st.st_size;
-	imp->owner_pid = h->owner_pid;
-	imp->owner_token = h->owner_token;
-	imp->in_process = h->owner_pid == (int32_t)getpid();
-	snprintf(imp->owner_name, sizeof(imp->owner_name), "%.63s", h->name);
+	imp->size = size;
+	imp->owner_pid = h.owner_pid;
+	imp->owner_token = h.owner_token;
+	imp->in_process = h.owner_pid == (int32_t)getpid();
+	snprintf(imp->owner_name, sizeof(imp->owner_name), "%s", h.name);
 	imp->pagemap_fd = -1;
 	if (!imp->in_process && mrmgr_sim_page_identity_available()) {
 		char path[64];
 
-		snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)h->owner_pid);
+		snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)h.owner_pid);
 		imp->pagemap_fd = open(path, O_RDONLY | O_CLOEXEC);
 	}
 
-	attr.personality = h->personality;
+	attr.personality = h.personality;
 	ret = mrmgr__sim_open(&attr, 0, &s);
 	if (ret) {
 		if (imp->pagemap_fd >= 0)
@@ -141,11 +182,15 @@ MRMGR_EXPORT int mrmgr_sim_import_pd(struct ibv_context *ctx,
 	}
 	pthread_mutex_lock(&s->lock);
 	ret = mrmgr__sim_fault_check(s, MRMGR_SIM_OP_IMPORT, NULL, 0, 0);
-	if (!ret && !mrmgr__sim_tbl_find_pd(s->imp, pd_handle))
-		ret = ENOENT;
-	if (ret)
-		s->stats.import_failures++;
 	pthread_mutex_unlock(&s->lock);
+	/* The table is read with no lock held: an entry may stay busy. */
+	if (!ret)
+		ret = mrmgr__sim_tbl_find_pd(s->imp, pd_handle);
+	if (ret) {
+		pthread_mutex_lock(&s->lock);
+		s->stats.import_failures++;
+		pthread_mutex_unlock(&s->lock);
+	}
 	if (ret) {
 		mrmgr__dbg("sim_import_pd: handle %u: %s", pd_handle,
 			   strerror(ret));
@@ -186,7 +231,7 @@ static uint64_t *owner_pfns(const struct mrmgr__sim_import *imp, uint64_t span,
 	uint64_t *p;
 	size_t want = npages * sizeof(*p), got = 0;
 
-	if (imp->pagemap_fd < 0 || !npages)
+	if (imp->pagemap_fd < 0 || !npages || npages > MAX_PFN_PAGES)
 		return NULL;
 	p = malloc(want);
 	if (!p)
@@ -240,8 +285,20 @@ MRMGR_EXPORT int mrmgr_sim_import_mr(struct ibv_pd *pd, uint32_t mr_handle,
 		return ENOMEM;
 	pthread_mutex_lock(&s->lock);
 	ret = mrmgr__sim_fault_check(s, MRMGR_SIM_OP_IMPORT, NULL, 0, 0);
-	if (!ret && !mrmgr__sim_tbl_find_mr(imp, mr_handle, &e, &slot))
-		ret = ENOENT;
+	pthread_mutex_unlock(&s->lock);
+	/* The table is read with no lock held: an entry may stay busy. */
+	if (!ret)
+		ret = mrmgr__sim_tbl_find_mr(imp, mr_handle, &e, &slot);
+	/* An entry the owner's sim could not have written: a forged table. */
+	if (!ret && (!e.length || e.addr + e.length < e.addr ||
+		     e.addr + e.length > MRMGR__SIM_MAX_VA)) {
+		mrmgr__warn("sim_import_mr: MR %u's entry [%#llx, +%llu) is "
+			    "not a registration", mr_handle,
+			    (unsigned long long)e.addr,
+			    (unsigned long long)e.length);
+		ret = EPROTO;
+	}
+	pthread_mutex_lock(&s->lock);
 	if (!ret && e.pd_handle != pd->handle) {
 		mrmgr__warn("sim_import_mr: MR %u is in PD %u, not PD %u",
 			    mr_handle, e.pd_handle, pd->handle);
@@ -376,6 +433,16 @@ static int copy_remote(pid_t pid, void *local, uint64_t remote, size_t len,
 	return err ? EFAULT : 0;
 }
 
+/* m, if it is still one of imp's imported MRs. Lock held. */
+static int still_imported(const struct mrmgr__sim_import *imp,
+			  const struct mrmgr__sim_mr *m)
+{
+	for (size_t i = 0; imp && i < imp->nmrs; i++)
+		if (imp->mrs[i] == m)
+			return 1;
+	return 0;
+}
+
 int mrmgr__sim_import_access(struct mrmgr__sim_pd *spd, uint32_t rkey,
 			     uint64_t raddr, void *buf, size_t len, int write)
 {
@@ -386,6 +453,7 @@ int mrmgr__sim_import_access(struct mrmgr__sim_pd *spd, uint32_t rkey,
 	struct mrmgr__sim_mr *m = NULL, *om;
 	uint64_t wait_ns = 0;
 	struct mrmgr__sim_tbl_mr e;
+	uint32_t slot;
 	int ret = 0;
 
 	pthread_mutex_lock(&s->lock);
@@ -398,7 +466,24 @@ int mrmgr__sim_import_access(struct mrmgr__sim_pd *spd, uint32_t rkey,
 		pthread_mutex_unlock(&s->lock);
 		return ENOENT;
 	}
-	mrmgr__sim_tbl_read_mr(&mrmgr__sim_tbl_mrs(imp->map)[m->share_slot - 1], &e);
+	slot = m->share_slot - 1; /* < MRMGR__SIM_TBL_MRS: from find_mr */
+	pthread_mutex_unlock(&s->lock);
+	/* The owner's entry, read with no lock held (it may stay busy). */
+	ret = mrmgr__sim_tbl_read_mr(&mrmgr__sim_tbl_mrs(imp->map)[slot], &e,
+				     mrmgr__sim_tbl_deadline());
+	pthread_mutex_lock(&s->lock);
+	if (!still_imported(imp, m)) { /* unimported meanwhile */
+		s->stats.access_errors++;
+		pthread_mutex_unlock(&s->lock);
+		return ENOENT;
+	}
+	if (ret) {
+		s->stats.access_errors++;
+		pthread_mutex_unlock(&s->lock);
+		mrmgr__warn("sim %s: the owner's entry for MR %u stays busy: "
+			    "%s", s->ibdev.name, m->ibmr.handle, strerror(ret));
+		return ret;
+	}
 	if (e.state != MRMGR__SIM_ENTRY_LIVE || e.handle != m->ibmr.handle || e.rkey != rkey) {
 		/* The owner deregistered it: the shared object is gone. */
 		s->stats.dead_import_accesses++;
@@ -412,24 +497,50 @@ int mrmgr__sim_import_access(struct mrmgr__sim_pd *spd, uint32_t rkey,
 	else if (!(e.access & need))
 		ret = EACCES;
 	if (!ret && imp->in_process) {
-		/* Importer lock, then owner lock; the owner never takes ours. */
+		/*
+		 * The owner's own MR, under the owner's lock only: ours is let
+		 * go first, so no two contexts' locks are ever held together
+		 * (a forged table may name this context, or one importing
+		 * from us, as its owner).
+		 */
+		uint32_t handle = m->ibmr.handle;
+
+		pthread_mutex_unlock(&s->lock);
 		owner = mrmgr__sim_ctx_find((const struct ibv_context *)(uintptr_t)
 						    imp->owner_token);
-		if (!owner || strcmp(owner->ibdev.name, imp->owner_name)) {
+		if (!owner || owner == s || owner->imp ||
+		    strcmp(owner->ibdev.name, imp->owner_name)) {
 			ret = ENOENT;
 		} else {
 			pthread_mutex_lock(&owner->lock);
 			om = mrmgr__sim_mr_by_rkey(owner, rkey);
-			if (!om || om->ibmr.handle != m->ibmr.handle)
+			if (!om || om->ibmr.handle != handle)
 				ret = ENOENT;
 			else
 				ret = mrmgr__sim_access_mr(owner, om, raddr, buf,
 							   len, write, &wait_ns);
 			pthread_mutex_unlock(&owner->lock);
 		}
+		pthread_mutex_lock(&s->lock);
 	} else if (!ret) {
-		if (m->pfns)
+		/*
+		 * What the import recorded is its limit: the owner may have
+		 * re-registered the MR (grown or moved it in place) since, and
+		 * the pages beyond what was recorded at import are not this
+		 * import's to reach, nor covered by its PFNs. Re-import.
+		 */
+		uint64_t limit = m->npages * PAGE; /* <= 2^57: checked at import */
+
+		if (raddr < m->span || raddr - m->span >= limit ||
+		    len > limit - (raddr - m->span)) {
+			ret = ESTALE;
+			mrmgr__dbg("sim %s: [%#llx, +%zu) is outside what import "
+				   "%u recorded (re-registered since)",
+				   s->ibdev.name, (unsigned long long)raddr, len,
+				   m->ibmr.handle);
+		} else if (m->pfns) {
 			ret = check_owner_identity(imp, m, raddr, len);
+		}
 		if (!ret)
 			ret = copy_remote(imp->owner_pid, buf, raddr, len, write);
 	}

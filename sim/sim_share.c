@@ -56,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "compiler.h"
@@ -120,7 +121,10 @@ void mrmgr__sim_share_open(struct mrmgr__sim_ctx *s)
 	snprintf(h.name, sizeof(h.name), "%s", s->ibdev.name);
 	if (pwrite_all(fd, &h, sizeof(h), 0))
 		goto fail;
-	(void)fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+	/* Importers map the table: its size is fixed for good (no SIGBUS
+	 * in a reader), and they refuse a table that is not sealed so. */
+	if (fcntl(fd, F_ADD_SEALS, MRMGR__SIM_TBL_SEALS) != 0)
+		goto fail;
 	/* Importers get a read-only descriptor: a sim context handed to
 	 * libibverbs by mistake cannot write to the table through it. */
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -274,9 +278,46 @@ int mrmgr__sim_can_import(struct ibv_context *ctx)
 
 /* ------------------------------------------------------------ readers */
 
-/* A consistent copy of an MR entry (the owner may be writing it). */
-void mrmgr__sim_tbl_read_mr(const struct mrmgr__sim_tbl_mr *e, struct mrmgr__sim_tbl_mr *out)
+/*
+ * The sequence counts are the owner's to keep even, and an owner that
+ * died halfway through a write, or lies, leaves one odd for good. A
+ * reader waits for it a bounded time (two pwrite()s, plus however long
+ * the owner is descheduled between them), holding no lock, then gives
+ * up with ETIMEDOUT.
+ */
+static uint64_t mono_ns(void)
 {
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+uint64_t mrmgr__sim_tbl_deadline(void)
+{
+	return mono_ns() + MRMGR__SIM_TBL_WAIT_MS * UINT64_C(1000000);
+}
+
+/* Another try at a busy entry, or ETIMEDOUT once the deadline is past. */
+static int tbl_backoff(unsigned int *tries, uint64_t deadline)
+{
+	if (mono_ns() >= deadline)
+		return ETIMEDOUT;
+	if (++*tries < 64) {
+		sched_yield();
+	} else {
+		struct timespec ts = { 0, 200000 }; /* 0.2 ms */
+
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+int mrmgr__sim_tbl_read_mr(const struct mrmgr__sim_tbl_mr *e,
+			   struct mrmgr__sim_tbl_mr *out, uint64_t deadline)
+{
+	unsigned int tries = 0;
+
 	for (;;) {
 		uint32_t s0 = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
 
@@ -291,45 +332,54 @@ void mrmgr__sim_tbl_read_mr(const struct mrmgr__sim_tbl_mr *e, struct mrmgr__sim
 			out->length = __atomic_load_n(&e->length, __ATOMIC_RELAXED);
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
 			if (__atomic_load_n(&e->seq, __ATOMIC_RELAXED) == s0)
-				return;
+				return 0;
 		}
-		sched_yield();
+		if (tbl_backoff(&tries, deadline))
+			return ETIMEDOUT;
 	}
 }
 
 int mrmgr__sim_tbl_find_mr(const struct mrmgr__sim_import *imp, uint32_t handle,
-		   struct mrmgr__sim_tbl_mr *out, uint32_t *slot)
+			   struct mrmgr__sim_tbl_mr *out, uint32_t *slot)
 {
 	const struct mrmgr__sim_tbl_mr *t = mrmgr__sim_tbl_mrs(imp->map);
+	uint64_t deadline = mrmgr__sim_tbl_deadline();
 
 	for (uint32_t i = 0; i < MRMGR__SIM_TBL_PROBES; i++) {
 		uint32_t idx = (handle + i) & (MRMGR__SIM_TBL_MRS - 1);
 
-		mrmgr__sim_tbl_read_mr(&t[idx], out);
+		if (mrmgr__sim_tbl_read_mr(&t[idx], out, deadline))
+			return ETIMEDOUT;
 		if (out->state == MRMGR__SIM_ENTRY_LIVE && out->handle == handle) {
 			*slot = idx;
-			return 1;
+			return 0;
 		}
 	}
-	return 0;
+	return ENOENT;
 }
 
 int mrmgr__sim_tbl_find_pd(const struct mrmgr__sim_import *imp, uint32_t handle)
 {
 	const struct mrmgr__sim_tbl_pd *t = mrmgr__sim_tbl_pds(imp->map);
+	uint64_t deadline = mrmgr__sim_tbl_deadline();
 
 	for (uint32_t i = 0; i < MRMGR__SIM_TBL_PROBES; i++) {
 		const struct mrmgr__sim_tbl_pd *e = &t[(handle + i) & (MRMGR__SIM_TBL_PDS - 1)];
+		unsigned int tries = 0;
 		uint32_t s0, state, h;
 
-		do {
+		for (;;) {
 			s0 = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
 			state = __atomic_load_n(&e->state, __ATOMIC_RELAXED);
 			h = __atomic_load_n(&e->handle, __ATOMIC_RELAXED);
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		} while ((s0 & 1) || __atomic_load_n(&e->seq, __ATOMIC_RELAXED) != s0);
+			if (!(s0 & 1) && __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == s0)
+				break;
+			if (tbl_backoff(&tries, deadline))
+				return ETIMEDOUT;
+		}
 		if (state == MRMGR__SIM_ENTRY_LIVE && h == handle)
-			return 1;
+			return 0;
 	}
-	return 0;
+	return ENOENT;
 }

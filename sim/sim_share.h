@@ -11,6 +11,7 @@
 #define MRMGR__SIM_SHARE_H
 
 #include <stddef.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -21,6 +22,11 @@
 #define MRMGR__SIM_TBL_MRS 16384u  /* power of two */
 #define MRMGR__SIM_TBL_PDS 1024u   /* power of two */
 #define MRMGR__SIM_TBL_PROBES 8u
+/* The seals an importer requires on the table's memfd. */
+#define MRMGR__SIM_TBL_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+/* How long a reader waits for an entry the owner is writing (its
+ * sequence count odd) before ETIMEDOUT: the owner is dead or lying. */
+#define MRMGR__SIM_TBL_WAIT_MS 50u
 
 enum { MRMGR__SIM_ENTRY_FREE = 0, MRMGR__SIM_ENTRY_LIVE = 1 };
 
@@ -79,13 +85,22 @@ mrmgr__sim_tbl_pds(const char *map)
 	return (const void *)(map + MRMGR__SIM_TBL_PDS_OFF);
 }
 
-/* A consistent copy of an MR entry (the owner may be writing it). */
-void mrmgr__sim_tbl_read_mr(const struct mrmgr__sim_tbl_mr *e,
-			    struct mrmgr__sim_tbl_mr *out);
-/* The live MR entry with handle: 1 with *out and its index, or 0. */
+/*
+ * Readers hold no lock while they wait for an entry; each gives up at
+ * its deadline (mrmgr__sim_tbl_deadline(): MRMGR__SIM_TBL_WAIT_MS from
+ * now) with ETIMEDOUT. Indexes are masked by the table's fixed sizes, so
+ * no read leaves the mapping whatever the entries say.
+ */
+uint64_t mrmgr__sim_tbl_deadline(void);
+/* A consistent copy of an MR entry (the owner may be writing it): 0, or
+ * ETIMEDOUT. */
+int mrmgr__sim_tbl_read_mr(const struct mrmgr__sim_tbl_mr *e,
+			   struct mrmgr__sim_tbl_mr *out, uint64_t deadline);
+/* The live MR entry with handle: 0 with *out and its index, ENOENT, or
+ * ETIMEDOUT. */
 int mrmgr__sim_tbl_find_mr(const struct mrmgr__sim_import *imp, uint32_t handle,
 			   struct mrmgr__sim_tbl_mr *out, uint32_t *slot);
-/* Whether a live PD entry has handle. */
+/* 0 when a live PD entry has handle, ENOENT, or ETIMEDOUT. */
 int mrmgr__sim_tbl_find_pd(const struct mrmgr__sim_import *imp, uint32_t handle);
 
 #endif /* MRMGR__SIM_SHARE_H */

@@ -8,8 +8,10 @@
 #ifndef MRMGR_TEST_SHARE_HELPERS_H
 #define MRMGR_TEST_SHARE_HELPERS_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -128,6 +130,71 @@ static inline size_t shares(mrmgr_region_t *r, struct mrmgr_share_info *info,
 
 	cr_assert_eq(mrmgr_region_query_shares(r, info, max, sizeof(*info), &n), 0);
 	return n;
+}
+
+/* Open descriptors of this process (/proc/self/fd, less the listing's);
+ * MRMGR_TEST_FDS=1 prints what they are. */
+static inline int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		n++;
+		if (getenv("MRMGR_TEST_FDS")) {
+			char path[300], to[256] = "";
+
+			snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+			if (readlink(path, to, sizeof(to) - 1) < 0)
+				to[0] = 0;
+			fprintf(stderr, " %s->%s", e->d_name, to);
+		}
+	}
+	if (getenv("MRMGR_TEST_FDS"))
+		fprintf(stderr, "\n");
+	closedir(d);
+	return n - 1;
+}
+
+/*
+ * A datagram of len bytes with nfds descriptors, as a hostile peer sends
+ * it (nfds > 0: one SCM_RIGHTS message, or split in two when split).
+ * The sendmsg() result.
+ */
+static inline ssize_t raw_send(int sock, const void *data, size_t len,
+			       const int *fds, size_t nfds, int split)
+{
+	char ctl[CMSG_SPACE(64 * sizeof(int)) * 2] __attribute__((aligned(8)));
+	struct iovec iov = { (void *)(uintptr_t)data, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	size_t first = split && nfds > 1 ? nfds / 2 : nfds;
+	struct cmsghdr *c;
+
+	cr_assert_leq(nfds, 64);
+	memset(ctl, 0, sizeof(ctl));
+	if (nfds) {
+		mh.msg_control = ctl;
+		mh.msg_controllen = CMSG_SPACE(first * sizeof(int));
+		if (first < nfds)
+			mh.msg_controllen += CMSG_SPACE((nfds - first) * sizeof(int));
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(first * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, first * sizeof(int));
+		if (first < nfds) {
+			c = CMSG_NXTHDR(&mh, c);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN((nfds - first) * sizeof(int));
+			memcpy(CMSG_DATA(c), fds + first, (nfds - first) * sizeof(int));
+		}
+	}
+	return sendmsg(sock, &mh, MSG_NOSIGNAL);
 }
 
 #endif
