@@ -5,13 +5,15 @@
 # libibverbs and its rxe provider, libcriterion) from the host root, so
 # they are all here; qemu's firmware (qboot.rom, pvh.bin) and TCG module
 # come with qemu-system-x86's hard dependencies, so --no-install-recommends
-# is enough.
+# is enough. clang and its runtime (libFuzzer, ASan, UBSan) build the
+# fuzz targets in tests/fuzz/.
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config
       libibverbs-dev ibverbs-providers librdmacm-dev libcriterion-dev
       doxygen valgrind
       qemu-system-x86 busybox-static cpio kmod xz-utils iproute2
-      abigail-tools libucx-dev gnuplot-nox"
+      abigail-tools libucx-dev gnuplot-nox
+      clang libclang-rt-14-dev"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -27,9 +27,9 @@
 /* No registration ends above this (x86-64 and AArch64 with 5-level
  * tables reach 2^57): larger entries are forged. */
 #define MRMGR__SIM_MAX_VA (UINT64_C(1) << 57)
-/* Page identity is recorded for imports up to this many pages (64 GiB);
+/* Page identity is recorded for imports up to this many pages (4 GiB);
  * larger ones are unverified rather than an unbounded allocation. */
-#define MAX_PFN_PAGES (UINT64_C(1) << 24)
+#define MAX_PFN_PAGES (UINT64_C(1) << 20)
 
 /* ------------------------------------------------------------ import */
 
