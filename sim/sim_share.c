@@ -19,8 +19,11 @@
  * pwrite() through a descriptor of its own (it maps nothing, so opening a
  * device never takes an address the program has just unmapped); readers
  * in other processes see them through a read-only shared mapping, each
- * entry guarded by a sequence count (odd while written). cmd_fd itself is
- * a read-only open of the memfd, so a sim context handed to libibverbs by
+ * entry guarded by a sequence count (odd while written; a reader waits
+ * for it a bounded time). The memfd's size is sealed, and its seals:
+ * the descriptor may reach a process that does not trust the owner, and
+ * an importer refuses a table that could be truncated under its mapping
+ * (SIGBUS). cmd_fd itself is a read-only open of the memfd, so a sim context handed to libibverbs by
  * mistake cannot write to the table through it. Entries are found by
  * handle hash with a few probes; an MR that finds no free entry cannot be
  * imported (mrmgr_sim_stats::unexportable_mrs).
