@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -130,6 +131,20 @@ static inline size_t shares(mrmgr_region_t *r, struct mrmgr_share_info *info,
 
 	cr_assert_eq(mrmgr_region_query_shares(r, info, max, sizeof(*info), &n), 0);
 	return n;
+}
+
+static inline int64_t ms_now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* A connected pair as the share helper uses (SOCK_SEQPACKET). */
+static inline void seqpair(int sv[2])
+{
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
 }
 
 /* Open descriptors of this process (/proc/self/fd, less the listing's);
