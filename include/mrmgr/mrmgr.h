@@ -239,9 +239,10 @@ struct mrmgr_cache_attr {
 	 */
 	uint64_t max_regions;
 	/**
-	 * Most bytes kept registered (pinned). 0 means the default: the
-	 * @c RLIMIT_MEMLOCK soft limit, or half of physical memory where that
-	 * is unlimited, capped at the device's @c max_mr_size.
+	 * Most bytes kept registered (pinned). 0 means the default, from
+	 * what the process may pin: the @c RLIMIT_MEMLOCK soft limit; half
+	 * of physical memory with @c CAP_IPC_LOCK or an unlimited rlimit;
+	 * capped at the device's @c max_mr_size (doc/environment.md).
 	 */
 	uint64_t max_bytes;
 	/** Bits of enum mrmgr_cache_flags. */
@@ -272,28 +273,34 @@ struct mrmgr_cache_attr {
 	 */
 	uint32_t monitor;
 	/**
-	 * Called once for every region this cache hands out, just before its
-	 * registration ends: when it is evicted, or when it was invalidated,
-	 * replaced or its cache destroyed and its last holder puts it (a
-	 * held region keeps valid keys until then). Its user data
-	 * (mrmgr_region_user_data()) is still readable: the place to free
-	 * what the program derived from the region, or tell peers its rkey
-	 * is gone. Not called for an in-place re-registration (the region
-	 * stays; mrmgr_region_generation() changes), nor for the regions of
-	 * growable buffers.
+	 * Called once for every region of this cache, just before its
+	 * registration ends: at once when an idle region is evicted,
+	 * invalidated, replaced or destroyed with its cache; at its last
+	 * mrmgr_put() when it was held then (its holders keep valid keys
+	 * until that put). Its user data (mrmgr_region_user_data()) is still
+	 * readable: the place to free what the program derived from the
+	 * region, or tell peers its rkey is gone. (An exported region's MR
+	 * may outlive the call until its importers let go; see
+	 * mrmgr_region_export().) Not called when a region is re-registered
+	 * in place by growth (it stays, with its user data;
+	 * mrmgr_region_generation() changes and the keys may). The regions
+	 * behind growable buffers (mrmgr_buf_create()) are reported too,
+	 * with whatever user data they carry (NULL unless set).
 	 *
 	 * Threading: it runs on the thread whose call ended the region
 	 * (mrmgr_get(), mrmgr_get_ex() or mrmgr_get_pd() evicting, merging
 	 * or applying memory events; mrmgr_put() of the last holder;
 	 * mrmgr_invalidate(); mrmgr_cache_destroy(); mrmgr_cache_move_pd();
-	 * mrmgr_buf_*() on the same cache), never on a thread of the
-	 * library, and with the cache's lock held. So it must be short and
-	 * must not call any function on the same cache or its regions
-	 * except the mrmgr_region_*() accessors of the region it is given
-	 * (mrmgr_get(), mrmgr_put(), mrmgr_invalidate(), ... would
-	 * deadlock); it may use other caches and take its own locks, if no
-	 * thread holding those calls into this cache. The hit path never
-	 * calls it. Requires ::MRMGR_CACHE_ATTR_REGION_GONE.
+	 * mrmgr_buf_*() on the same cache; fork(), in the parent, when the
+	 * device needs the cache purged), never on a thread of the library,
+	 * and with the cache's lock held. So it must be short and must not
+	 * call any function on the same cache or its regions except the
+	 * mrmgr_region_*() accessors of the region it is given (mrmgr_get(),
+	 * mrmgr_put(), mrmgr_invalidate(), ... would deadlock); it may use
+	 * other caches and take its own locks, if no thread holding those
+	 * calls into this cache. The hit path never calls it, and a put
+	 * calls it only when it drops the last reference of a region that
+	 * already left the cache. Requires ::MRMGR_CACHE_ATTR_REGION_GONE.
 	 */
 	mrmgr_region_gone_fn region_gone;
 	/** Passed to @c region_gone as its @c arg. */

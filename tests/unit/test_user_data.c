@@ -378,3 +378,114 @@ Test(user_data, growth)
 	expect_one(1, r3, MRMGR_REGION_GONE_DESTROYED, 3);
 	munmap(buf, 256 * KiB);
 }
+
+/*
+ * Random gets, puts, invalidations, memory events and growth under tight
+ * limits: every region is reported exactly once (never twice, never while
+ * a later get still returns it), as many reports as registrations.
+ */
+#define SLOTS 64
+static struct {
+	mrmgr_region_t *r[SLOTS];
+	int alive[SLOTS];
+	int doubles, unknown;
+	long reports;
+} life;
+
+static int life_find(mrmgr_region_t *r)
+{
+	for (int i = 0; i < SLOTS; i++)
+		if (life.r[i] == r)
+			return i;
+	return -1;
+}
+
+static void life_seen(mrmgr_region_t *r)
+{
+	int i = life_find(r);
+
+	if (i < 0) {
+		i = life_find(NULL);
+		cr_assert_geq(i, 0, "more than %d regions", SLOTS);
+		life.r[i] = r;
+	}
+	life.alive[i] = 1;
+}
+
+static void on_gone_life(mrmgr_region_t *r, unsigned int reason, void *arg)
+{
+	int i = life_find(r);
+
+	(void)arg;
+	life.reports++;
+	if (reason < MRMGR_REGION_GONE_INVALIDATED ||
+	    reason > MRMGR_REGION_GONE_UNCACHED || i < 0)
+		life.unknown++;
+	else if (!life.alive[i])
+		life.doubles++;
+	else
+		life.alive[i] = 0;
+}
+
+Test(user_data, every_region_reported_once)
+{
+	struct mrmgr_cache_attr a = attr(6, 0);
+	struct fixture f;
+	const size_t n = 16, len = 64 * KiB;
+	char *buf = map_rw(n * len, 1);
+	mrmgr_region_t *held[8] = { 0 };
+	unsigned int seed = 42;
+
+	memset(&life, 0, sizeof(life));
+	a.region_gone = on_gone_life;
+	a.comp_mask |= MRMGR_CACHE_ATTR_MAX_BYTES;
+	a.max_bytes = 512 * KiB;
+	fx_open(&f, NULL, &a);
+	for (int op = 0; op < 5000; op++) {
+		int k = rand_r(&seed) % 8;
+		size_t b = (size_t)rand_r(&seed) % n;
+		size_t off = (size_t)(rand_r(&seed) % 4) * 4 * KiB;
+		size_t l = (size_t)(1 + rand_r(&seed) % 24) * 4 * KiB;
+
+		if (off + l > (n - b) * len)
+			l = (n - b) * len - off;
+		switch (rand_r(&seed) % 4) {
+		case 0:
+		case 1:
+			if (held[k])
+				mrmgr_put(held[k]);
+			held[k] = NULL;
+			if (mrmgr_get(f.cache, buf + b * len + off, l, RW, &held[k]) == 0)
+				life_seen(held[k]);
+			else
+				held[k] = NULL;
+			break;
+		case 2:
+			if (held[k])
+				mrmgr_put(held[k]);
+			held[k] = NULL;
+			break;
+		default:
+			if (rand_r(&seed) % 2)
+				mrmgr_invalidate(f.cache, buf + b * len, l);
+			else
+				mrmgr_notify_unmap(buf + b * len, l);
+			break;
+		}
+	}
+	for (int k = 0; k < 8; k++)
+		mrmgr_put(held[k]);
+	struct mrmgr_stats s = cstats(f.cache);
+	cr_assert_gt(s.evictions, 0, "the limits were reached");
+	cr_assert_gt(s.invalidations, 0);
+	fx_close(&f);
+	cr_expect_eq(life.doubles, 0, "%d regions reported twice", life.doubles);
+	cr_expect_eq(life.unknown, 0, "%d reports of unknown regions or reasons",
+		     life.unknown);
+	cr_expect_eq(life.reports, (long)s.registrations, "%ld reports, %llu "
+		     "registrations", life.reports,
+		     (unsigned long long)s.registrations);
+	for (int i = 0; i < SLOTS; i++)
+		cr_expect_eq(life.alive[i], 0, "region %d never reported", i);
+	munmap(buf, n * len);
+}
