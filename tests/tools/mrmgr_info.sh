@@ -57,6 +57,22 @@ check "the simulated rxe cannot rereg" has "^    ibv_rereg_mr +no"
 check "the simulated rxe has no ODP" has "^    ODP +no"
 check "the simulated rxe cannot import" has "^    ibv_import_device +no"
 
+# With libmrmgr_hooks.so preloaded (the real binary, not libtool's
+# wrapper script): the hooks are reported active, and a bad
+# MRMGR_HOOKS_MALLOPT is named.
+bin="$top_builddir/tools/.libs/mrmgr_info"
+hooks="$top_builddir/lib/.libs/libmrmgr_hooks.so"
+if [ -x "$bin" ] && [ -e "$hooks" ]; then
+	LD_LIBRARY_PATH="$top_builddir/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+	LD_PRELOAD="$hooks" MRMGR_HOOKS_MALLOPT=maybe "$bin" --sim >"$out" 2>"$err"
+	check "exit 0 with the hooks" test $? -eq 0
+	check "the hooks reported active" has "^  libmrmgr_hooks.so +active"
+	check "a bad MRMGR_HOOKS_MALLOPT is named" \
+		grep -q 'MRMGR_HOOKS_MALLOPT="maybe"' "$err"
+else
+	echo "mrmgr_info.sh: no $bin or $hooks: the hooks case is not run"
+fi
+
 "$tool" >"$out" 2>"$err"
 check "without --sim: exit 0 (got $?)" test $? -eq 0
 check "without --sim: devices or a note" has "^Devices\$"
