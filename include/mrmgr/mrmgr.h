@@ -557,7 +557,9 @@ struct mrmgr_config_entry {
  *                    @p max is 0, to learn the count).
  * @param max         room in @p entries.
  * @param entry_size  @c sizeof(struct mrmgr_config_entry) as the caller
- *                    was built; each entry is copied up to this size.
+ *                    was built: entries are this far apart, each copied
+ *                    up to this size (members this library does not
+ *                    know are zeroed).
  * @param n           receives the number of settings (which may exceed
  *                    @p max: then only the first @p max were written).
  * @return 0, or @c EINVAL for a NULL @p cache or @p n, a NULL

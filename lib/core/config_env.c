@@ -536,9 +536,13 @@ MRMGR_EXPORT int mrmgr_cache_query_config(mrmgr_cache_t *c,
 	}
 	/* The configuration is fixed at creation: no lock needed. */
 	for (size_t i = 0; i < MRMGR__SET_COUNT && i < max; i++) {
+		char *dst = (char *)entries + i * entry_size;
+
 		entry_fill(&c->cfg, (enum mrmgr__setting)i, &e);
-		memcpy((char *)entries + i * entry_size, &e,
-		       entry_size < sizeof(e) ? entry_size : sizeof(e));
+		/* A newer caller's members this library does not know: 0. */
+		if (entry_size > sizeof(e))
+			memset(dst + sizeof(e), 0, entry_size - sizeof(e));
+		memcpy(dst, &e, entry_size < sizeof(e) ? entry_size : sizeof(e));
 	}
 	*n = MRMGR__SET_COUNT;
 	return 0;
