@@ -39,8 +39,10 @@
 #include <malloc.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
@@ -105,12 +107,41 @@ static void resolve(void)
 	__atomic_store_n(&resolving, 0, __ATOMIC_RELEASE);
 }
 
+/*
+ * MRMGR_HOOKS_MALLOPT, a switch like libmrmgr's (doc/environment.md):
+ * unset or on: 1; off: 0; anything else is ignored with a warning (one
+ * write(): this runs before the program, maybe inside malloc's first use).
+ */
+static int mallopt_wanted(void)
+{
+	static const char *const on[] = { "1", "yes", "on", "true" };
+	static const char *const off[] = { "0", "no", "off", "false" };
+	const char *e = getenv("MRMGR_HOOKS_MALLOPT");
+	char line[160];
+	int n;
+
+	if (!e)
+		return 1;
+	for (size_t i = 0; i < 4; i++) {
+		if (!strcasecmp(e, on[i]))
+			return 1;
+		if (!strcasecmp(e, off[i]))
+			return 0;
+	}
+	n = snprintf(line, sizeof(line), "libmrmgr warn: ignoring "
+		     "MRMGR_HOOKS_MALLOPT=\"%.64s\": expected 0 or 1\n", e);
+	if (n > 0)
+		(void)!write(2, line, (size_t)n < sizeof(line) ? (size_t)n
+							 : sizeof(line) - 1);
+	return 1;
+}
+
 __attribute__((constructor)) static void hooks_init(void)
 {
-	const char *e = getenv("MRMGR_HOOKS_MALLOPT");
+	int want = mallopt_wanted();
 
 	resolve();
-	if ((!e || strcmp(e, "0")) && (info & MRMGR__HOOKS_GLIBC_MALLOC) &&
+	if (want && (info & MRMGR__HOOKS_GLIBC_MALLOC) &&
 	    mallopt(M_TRIM_THRESHOLD, INT_MAX))
 		__atomic_fetch_or(&info, MRMGR__HOOKS_NO_TRIM, __ATOMIC_RELEASE);
 }

@@ -112,6 +112,8 @@ enum mrmgr_cache_attr_mask {
 	MRMGR_CACHE_ATTR_ODP = 1u << 3,
 	/** mrmgr_cache_attr::monitor is set. */
 	MRMGR_CACHE_ATTR_MONITOR = 1u << 4,
+	/** mrmgr_cache_attr::region_gone and @c region_gone_arg are set. */
+	MRMGR_CACHE_ATTR_REGION_GONE = 1u << 5,
 };
 
 /** Policy bits for mrmgr_cache_attr::flags. */
@@ -174,9 +176,59 @@ enum mrmgr_monitor_mode {
 };
 
 /**
+ * Why a region left its cache: the @c reason of
+ * mrmgr_cache_attr::region_gone.
+ */
+enum mrmgr_region_gone_reason {
+	/**
+	 * Its memory changed: mrmgr_invalidate(), a memory event
+	 * (unmap, remap, discard; see @ref monitor), mrmgr_notify_unmap(),
+	 * or a fork() that purged the cache.
+	 */
+	MRMGR_REGION_GONE_INVALIDATED = 1,
+	/** Evicted to keep the cache within its limits (LRU), or to retry a
+	 * registration that failed for want of memory. */
+	MRMGR_REGION_GONE_EVICTED = 2,
+	/**
+	 * Replaced by another registration covering its range: merged into
+	 * a larger region, grown by make-before-break or dereg + reg, or
+	 * moved to another PD (mrmgr_cache_move_pd()).
+	 */
+	MRMGR_REGION_GONE_REPLACED = 3,
+	/** The cache was destroyed (mrmgr_cache_destroy()). */
+	MRMGR_REGION_GONE_DESTROYED = 4,
+	/**
+	 * It was never cached (handed out uncached: caching off, memory no
+	 * monitor can watch, or the limits full of regions in use) and its
+	 * last holder put it.
+	 */
+	MRMGR_REGION_GONE_UNCACHED = 5,
+};
+
+/**
+ * Called once per region a get handed out, just before its registration
+ * ends (the MR is deregistered and its keys stop being valid), with the
+ * enum mrmgr_region_gone_reason it left the cache for. See
+ * mrmgr_cache_attr::region_gone for the threading rules.
+ *
+ * @param region  the region: every mrmgr_region_*() accessor works on it
+ *                during the call, mrmgr_region_user_data() included; the
+ *                handle means nothing after the call returns.
+ * @param reason  enum mrmgr_region_gone_reason.
+ * @param arg     mrmgr_cache_attr::region_gone_arg.
+ */
+typedef void (*mrmgr_region_gone_fn)(mrmgr_region_t *region,
+				     unsigned int reason, void *arg);
+
+/**
  * Attributes of a cache. Zero-initialise, set the fields you want and
- * their bits in @c comp_mask. Environment variables (see mrmgr-env(7)
- * and README) override these.
+ * their bits in @c comp_mask.
+ *
+ * A field whose bit is set is the program's decision; an @c MRMGR_*
+ * environment variable only fills what the program left unset (a limit
+ * whose bit is set but whose value is 0 counts as unset). The one
+ * exception is @c MRMGR_CACHE=0, which turns caching off whatever the
+ * program set. See mrmgr-env(7) and doc/environment.md.
  */
 struct mrmgr_cache_attr {
 	/** Which fields below are valid: bits of enum mrmgr_cache_attr_mask. */
@@ -187,9 +239,10 @@ struct mrmgr_cache_attr {
 	 */
 	uint64_t max_regions;
 	/**
-	 * Most bytes kept registered (pinned). 0 means the default: the
-	 * @c RLIMIT_MEMLOCK soft limit, or half of physical memory where that
-	 * is unlimited, capped at the device's @c max_mr_size.
+	 * Most bytes kept registered (pinned). 0 means the default, from
+	 * what the process may pin: the @c RLIMIT_MEMLOCK soft limit; half
+	 * of physical memory with @c CAP_IPC_LOCK or an unlimited rlimit;
+	 * capped at the device's @c max_mr_size (doc/environment.md).
 	 */
 	uint64_t max_bytes;
 	/** Bits of enum mrmgr_cache_flags. */
@@ -215,9 +268,43 @@ struct mrmgr_cache_attr {
 	uint32_t odp_ops;
 	/**
 	 * enum mrmgr_monitor_mode (default ::MRMGR_MONITOR_AUTO). The
-	 * @c MRMGR_MONITOR environment variable overrides it.
+	 * @c MRMGR_MONITOR environment variable applies only when this is
+	 * not set.
 	 */
 	uint32_t monitor;
+	/**
+	 * Called once for every region of this cache, just before its
+	 * registration ends: at once when an idle region is evicted,
+	 * invalidated, replaced or destroyed with its cache; at its last
+	 * mrmgr_put() when it was held then (its holders keep valid keys
+	 * until that put). Its user data (mrmgr_region_user_data()) is still
+	 * readable: the place to free what the program derived from the
+	 * region, or tell peers its rkey is gone. (An exported region's MR
+	 * may outlive the call until its importers let go; see
+	 * mrmgr_region_export().) Not called when a region is re-registered
+	 * in place by growth (it stays, with its user data;
+	 * mrmgr_region_generation() changes and the keys may). The regions
+	 * behind growable buffers (mrmgr_buf_create()) are reported too,
+	 * with whatever user data they carry (NULL unless set).
+	 *
+	 * Threading: it runs on the thread whose call ended the region
+	 * (mrmgr_get(), mrmgr_get_ex() or mrmgr_get_pd() evicting, merging
+	 * or applying memory events; mrmgr_put() of the last holder;
+	 * mrmgr_invalidate(); mrmgr_cache_destroy(); mrmgr_cache_move_pd();
+	 * mrmgr_buf_*() on the same cache; fork(), in the parent, when the
+	 * device needs the cache purged), never on a thread of the library,
+	 * and with the cache's lock held. So it must be short and must not
+	 * call any function on the same cache or its regions except the
+	 * mrmgr_region_*() accessors of the region it is given (mrmgr_get(),
+	 * mrmgr_put(), mrmgr_invalidate(), ... would deadlock); it may use
+	 * other caches and take its own locks, if no thread holding those
+	 * calls into this cache. The hit path never calls it, and a put
+	 * calls it only when it drops the last reference of a region that
+	 * already left the cache. Requires ::MRMGR_CACHE_ATTR_REGION_GONE.
+	 */
+	mrmgr_region_gone_fn region_gone;
+	/** Passed to @c region_gone as its @c arg. */
+	void *region_gone_arg;
 };
 
 /**
@@ -431,6 +518,58 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *cache,
 					   struct mrmgr_monitor_info *info,
 					   size_t size);
 
+/** Where a configuration value came from (mrmgr_cache_query_config()). */
+enum mrmgr_config_source {
+	/** The library's default (mrmgr_config_entry::note says how it was
+	 * derived when it depends on the process or the device). */
+	MRMGR_CONFIG_SOURCE_DEFAULT = 0,
+	/** The program's struct mrmgr_cache_attr (its @c comp_mask bit). */
+	MRMGR_CONFIG_SOURCE_ATTR = 1,
+	/** An @c MRMGR_* environment variable. */
+	MRMGR_CONFIG_SOURCE_ENV = 2,
+};
+
+/**
+ * One effective setting of a cache. New members are only ever added at
+ * the end; pass @c sizeof(struct mrmgr_config_entry) as you know it.
+ */
+struct mrmgr_config_entry {
+	/** The environment variable that sets it, e.g. @c "MRMGR_MAX_BYTES". */
+	char name[32];
+	/** The effective value, spelt as the variable takes it ("8388608",
+	 * "1", "auto"). */
+	char value[32];
+	/** enum mrmgr_config_source. */
+	uint32_t source;
+	/** How a default was derived (e.g. "RLIMIT_MEMLOCK", "half of
+	 * physical memory (CAP_IPC_LOCK)"); empty otherwise. */
+	char note[128];
+};
+
+/**
+ * The cache's effective configuration, one entry per setting, each with
+ * where it came from: the program's attributes, an @c MRMGR_* variable,
+ * or the default (and how the default was derived). What mrmgr_info(1)
+ * prints; the precedence rule is in mrmgr-env(7).
+ *
+ * @param cache       the cache.
+ * @param entries     receives at most @p max entries (may be NULL when
+ *                    @p max is 0, to learn the count).
+ * @param max         room in @p entries.
+ * @param entry_size  @c sizeof(struct mrmgr_config_entry) as the caller
+ *                    was built: entries are this far apart, each copied
+ *                    up to this size (members this library does not
+ *                    know are zeroed).
+ * @param n           receives the number of settings (which may exceed
+ *                    @p max: then only the first @p max were written).
+ * @return 0, or @c EINVAL for a NULL @p cache or @p n, a NULL
+ *         @p entries with @p max above 0, or an @p entry_size of 0.
+ */
+MRMGR_EXPORT int mrmgr_cache_query_config(mrmgr_cache_t *cache,
+					  struct mrmgr_config_entry *entries,
+					  size_t max, size_t entry_size,
+					  size_t *n);
+
 /** The registered MR of a region; valid until the matching mrmgr_put(). */
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr(const mrmgr_region_t *region);
 /** The region's local key. */
@@ -451,6 +590,55 @@ MRMGR_EXPORT unsigned int mrmgr_region_access(const mrmgr_region_t *region);
  * whether keys sent to a peer earlier are still the ones in force.
  */
 MRMGR_EXPORT uint64_t mrmgr_region_generation(const mrmgr_region_t *region);
+
+/**
+ * Attach a pointer of the caller's to a region (for example the memory
+ * handle a transport derives from its keys), replacing the one it had.
+ *
+ * The pointer stays with the region while it is cached: every later get
+ * that hits the region returns a region whose mrmgr_region_user_data() is
+ * this pointer, until the region leaves the cache. It is still readable in
+ * mrmgr_cache_attr::region_gone, the place to free it; after that the
+ * region may be reused for another range and starts again with NULL. A
+ * region re-registered in place keeps it (check
+ * mrmgr_region_generation() if the pointer depends on the keys).
+ *
+ * Lock-free: one atomic store (release). Call it only on a region you
+ * hold (or in region_gone). Threads holding the same region see each
+ * other's stores; to publish a pointer only if no other thread did, use
+ * mrmgr_region_cas_user_data().
+ *
+ * @param region  a region the caller holds.
+ * @param data    any pointer, or NULL; the library never dereferences it.
+ */
+MRMGR_EXPORT void mrmgr_region_set_user_data(mrmgr_region_t *region,
+					     void *data);
+
+/**
+ * Replace a region's user data only if it is still @p expected: one
+ * atomic compare-and-swap, so that of several threads that hit a new
+ * region at once exactly one attaches its handle and the others use it.
+ *
+ * @param region    a region the caller holds.
+ * @param expected  the pointer the caller believes is attached (usually
+ *                  NULL).
+ * @param data      the pointer to attach.
+ * @return the pointer attached before the call: @p expected when @p data
+ *         was attached, else the other thread's pointer (left in place).
+ */
+MRMGR_EXPORT void *mrmgr_region_cas_user_data(mrmgr_region_t *region,
+					      void *expected, void *data);
+
+/**
+ * The pointer attached by mrmgr_region_set_user_data() or
+ * mrmgr_region_cas_user_data(), NULL if none. One atomic load (acquire):
+ * safe on the hit path.
+ *
+ * @param region  a region the caller holds, or the one given to
+ *                mrmgr_cache_attr::region_gone.
+ * @return the attached pointer, or NULL.
+ */
+MRMGR_EXPORT void *mrmgr_region_user_data(const mrmgr_region_t *region);
 
 /**
  * Move the cache, and every region and buffer in it, to another protection

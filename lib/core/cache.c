@@ -173,6 +173,7 @@ static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 	uint64_t len = mrmgr__region_len(r);
 	int ret;
 
+	mrmgr__region_gone(c, r); /* the caller's callback: keys still valid */
 	mrmgr__mon_unwatch(c, r); /* a no-op unless grow.c held it out */
 	if (r->share) /* its MRs in other PDs, its share-set membership */
 		mrmgr__share_region_release(c, r);
@@ -223,6 +224,7 @@ static void tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
  */
 static int region_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
+	mrmgr__region_mark_gone(r, MRMGR_REGION_GONE_REPLACED);
 	mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
 	tree_remove(c, r);
 	if (mrmgr__region_refs(r, c->nstripes) != 0)
@@ -234,6 +236,7 @@ static int region_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
 /* Make a region that is out of the tree live again. */
 static void region_publish(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
+	r->gone = 0; /* cached again (grow.c) */
 	mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 	seq_write_begin(c);
 	mrmgr__itree_insert(&c->tree, &r->node);
@@ -252,6 +255,7 @@ static int region_try_evict(struct mrmgr_cache *c, struct mrmgr_region *r)
 		return 0;
 	}
 	tree_remove(c, r);
+	mrmgr__region_mark_gone(r, MRMGR_REGION_GONE_EVICTED);
 	region_release(c, r);
 	c->st.evictions++;
 	return 1;
@@ -673,6 +677,7 @@ uint64_t mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
 
 		if (r->share) /* its exports are revoked */
 			mrmgr__share_invalidated(c, r);
+		mrmgr__region_mark_gone(r, MRMGR_REGION_GONE_INVALIDATED);
 		region_detach(c, r);
 		c->st.invalidations++;
 		count++;
@@ -1093,6 +1098,7 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 
 		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
 		tree_remove(c, r);
+		mrmgr__region_mark_gone(r, MRMGR_REGION_GONE_DESTROYED);
 		region_release(c, r);
 	}
 	mrmgr__odp_fini(c);
@@ -1173,6 +1179,7 @@ int mrmgr__cache_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
 
 void mrmgr__cache_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
+	mrmgr__region_mark_gone(r, MRMGR_REGION_GONE_REPLACED); /* grow.c */
 	region_release(c, r);
 }
 

@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "compiler.h"
+#include "config_env.h"
 #include "itree.h"
 #include "lookup.h"
 #include "odp.h"
@@ -32,6 +33,10 @@ struct mrmgr__cache_config {
 	uint64_t flags; /* enum mrmgr_cache_flags */
 	uint32_t odp_mode, odp_flags, odp_transports, odp_ops; /* odp.c */
 	uint32_t monitor; /* enum mrmgr_monitor_mode */
+	/* user_data.c: called as each region leaves (may be NULL) */
+	void (*region_gone)(mrmgr_region_t *, unsigned int, void *);
+	void *region_gone_arg;
+	struct mrmgr__config_src src; /* config_env.c: where each came from */
 };
 
 struct mrmgr_cache {

@@ -127,7 +127,27 @@ struct mrmgr_region {
 					* needed, kept while the cache lives */
 	struct mrmgr__watch watch;     /* monitor registry entry (monitor.h) */
 	int watched;                   /* watch is in the registry */
+	unsigned int gone;             /* user_data.c: why it left the cache
+					* (enum mrmgr_region_gone_reason), 0
+					* while cached; cache lock */
+	void *user_data;               /* user_data.c: the caller's, atomic */
 };
+
+/* Record why r leaves the cache, unless an earlier step already did
+ * (cache lock held). */
+static inline void mrmgr__region_mark_gone(struct mrmgr_region *r,
+					   unsigned int reason)
+{
+	if (!r->gone)
+		r->gone = reason;
+}
+
+/*
+ * r's registration is about to end (region_release(), cache lock held):
+ * call the cache's region_gone callback once, then forget the reason and
+ * the user data for the region's next use. user_data.c.
+ */
+void mrmgr__region_gone(struct mrmgr_cache *c, struct mrmgr_region *r);
 
 /* Regions are laid out at a power-of-two size in their slab. */
 #define MRMGR__REGION_SHIFT                                                  \

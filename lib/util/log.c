@@ -28,7 +28,7 @@ static int level_from_env(void)
 	const char *s = getenv("MRMGR_LOG_LEVEL");
 	static const char *const names[] = { "error", "warn", "info", "debug" };
 
-	if (!s || !*s)
+	if (!s)
 		return MRMGR_LOG_WARN;
 	for (int i = 0; i < 4; i++)
 		if (!strcasecmp(s, names[i]))
@@ -37,7 +37,7 @@ static int level_from_env(void)
 		return -2;
 	if (s[0] >= '0' && s[0] <= '3' && s[1] == '\0')
 		return s[0] - '0';
-	return MRMGR_LOG_WARN;
+	return -3; /* not a level: warn, once the level is set */
 }
 
 static int current_max(void)
@@ -45,8 +45,15 @@ static int current_max(void)
 	int m = __atomic_load_n(&log_max, __ATOMIC_RELAXED);
 
 	if (m == -1) {
-		m = level_from_env();
+		int bad = (m = level_from_env()) == -3;
+
+		if (bad)
+			m = MRMGR_LOG_WARN;
 		__atomic_store_n(&log_max, m, __ATOMIC_RELAXED);
+		if (bad)
+			mrmgr__warn("ignoring MRMGR_LOG_LEVEL=\"%s\": expected "
+				    "error, warn, info, debug, none or 0-3",
+				    getenv("MRMGR_LOG_LEVEL"));
 	}
 	return m;
 }
@@ -89,7 +96,8 @@ MRMGR_EXPORT void mrmgr_set_log_handler(mrmgr_log_fn fn, void *arg,
 					enum mrmgr_log_level max_level)
 {
 	__atomic_store_n(&log_arg, arg, __ATOMIC_RELAXED);
-	__atomic_store_n(&log_max, fn ? (int)max_level : level_from_env(),
-			 __ATOMIC_RELAXED);
+	/* NULL: back to the environment's level, read (and a bad value
+	 * reported) at the next line. */
+	__atomic_store_n(&log_max, fn ? (int)max_level : -1, __ATOMIC_RELAXED);
 	__atomic_store_n(&log_fn, fn, __ATOMIC_RELEASE);
 }

@@ -1,12 +1,23 @@
 #!/bin/sh
-# Install the built library into a staging root, then build and run a
-# consumer with nothing but `pkg-config --cflags --libs mrmgr`, as a user
-# of the installed package would. With MRMGR_CONSUMER_PREFIX set, use that
-# real installation instead of staging one.
+# Install the built library into a staging root, then build and run
+# programs with nothing but `pkg-config --cflags --libs mrmgr`, as a user
+# of the installed package would:
+#  - README's "Using it" program, extracted from README.md (so the two
+#    cannot drift) and built exactly as written: it calls libibverbs
+#    itself, so the link line must carry -libverbs. It runs on the first
+#    RDMA device; where there is none it is built again with sim_shim.h
+#    included after its #include lines (its device-opening calls go to
+#    the simulated HCA) and run;
+#  - consumer.c, which checks hits and misses on the simulated HCA.
+# With MRMGR_CONSUMER_PREFIX set, use that real installation instead of
+# staging one. SIM_PKG names the pkg-config module of the simulated HCA
+# (today libmrmgr itself).
 set -eu
 srcdir=$(cd "$(dirname "$0")" && pwd)
+top_srcdir=$(cd "$srcdir/../.." && pwd)
 top_builddir=${top_builddir:-.}
 CC=${CC:-cc}
+SIM_PKG=${SIM_PKG:-mrmgr}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT INT TERM
 
@@ -25,8 +36,47 @@ fi
 export PKG_CONFIG_PATH
 flags=$(pkg-config --cflags --libs mrmgr)
 echo "pkg-config --cflags --libs mrmgr: $flags"
-# shellcheck disable=SC2086 # the flags are a word list on purpose
-$CC -std=c11 -Wall -Wextra -Werror -o "$work/consumer" "$srcdir/consumer.c" $flags
+case " $flags " in
+*" -libverbs "*) ;;
+*) echo "FAIL: the link line lacks -libverbs (the public header uses libibverbs)" >&2
+   exit 1 ;;
+esac
 # The -L flag already carries the sysroot, where there is one.
 libdir=$(pkg-config --libs-only-L mrmgr | sed 's/^ *-L//; s/ .*//')
-LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$work/consumer"
+run() {
+	LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
+}
+
+# README's program: the first ```c block after "## Using it".
+awk '/^## Using it/ { u = 1 } u && /^```c$/ { c = 1; next }
+     c && /^```$/ { exit } c { print }' "$top_srcdir/README.md" >"$work/readme.c"
+grep -q 'mrmgr_get' "$work/readme.c" || {
+	echo "FAIL: no C program under \"## Using it\" in README.md" >&2
+	exit 1
+}
+# shellcheck disable=SC2086 # the flags are a word list on purpose
+$CC -std=c11 -Wall -Wextra -Werror -o "$work/readme" "$work/readme.c" $flags
+echo "README's program builds with the pkg-config line"
+set +e
+run "$work/readme"
+rc=$?
+set -e
+if [ $rc -eq 77 ]; then
+	simflags=$(pkg-config --cflags --libs "$SIM_PKG")
+	last=$(grep -n '^#include' "$work/readme.c" | tail -n1 | cut -d: -f1)
+	sed "${last}a #include \"$srcdir/sim_shim.h\"" "$work/readme.c" >"$work/readme_sim.c"
+	# shellcheck disable=SC2086
+	$CC -std=c11 -Wall -Wextra -Werror -o "$work/readme_sim" \
+		"$work/readme_sim.c" $flags $simflags
+	run "$work/readme_sim"
+	echo "README's program ran on the simulated HCA (no RDMA device)"
+elif [ $rc -ne 0 ]; then
+	echo "FAIL: README's program exited $rc" >&2
+	exit 1
+else
+	echo "README's program ran on the first RDMA device"
+fi
+
+# shellcheck disable=SC2086
+$CC -std=c11 -Wall -Wextra -Werror -o "$work/consumer" "$srcdir/consumer.c" $flags
+run "$work/consumer"

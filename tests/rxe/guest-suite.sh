@@ -98,6 +98,41 @@ EXPECT='^share set: 2 MRs' run_example examples/shared_mr ./examples/shared_mr
 # rxe has no ibv_import_*: the example must say so, and exit 0.
 EXPECT='^export: not supported on ' run_example examples/export_import ./examples/export_import
 
+# README's "Using it" program (tests/consumer/readme, extracted from
+# README.md): on the first device, two gets, exit 0.
+echo
+echo "==== README's program"
+t0=$(now)
+out=$(./tests/consumer/readme 2>&1)
+rc=$?
+printf '%s\n' "$out"
+if [ $rc -ne 0 ] || [ "$(grep -c '^lkey 0x[0-9a-f]* rkey ' <<<"$out")" -ne 2 ]; then
+	echo "guest-suite: README's program exited $rc or printed no keys"
+	record "README program" FAIL "$(elapsed "$t0")"
+else
+	record "README program" PASS "$(elapsed "$t0")"
+fi
+
+# mrmgr_info(1) on the real devices: rxe0 listed, what rxe lacks said.
+echo
+echo "==== tools/mrmgr_info"
+t0=$(now)
+out=$(./tools/mrmgr_info 2>&1)
+rc=$?
+printf '%s\n' "$out"
+if [ $rc -ne 0 ]; then
+	echo "guest-suite: mrmgr_info exited $rc"
+	record "tools/mrmgr_info" FAIL "$(elapsed "$t0")"
+elif ! grep -q "^  $FIRST_DEVICE\$" <<<"$out" ||
+     ! grep -q '^    ibv_rereg_mr  *no' <<<"$out" ||
+     ! grep -q '^    ibv_import_device  *no' <<<"$out" ||
+     ! grep -q '^    ODP  *no' <<<"$out"; then
+	echo "guest-suite: mrmgr_info did not describe $FIRST_DEVICE as rxe"
+	record "tools/mrmgr_info" FAIL "$(elapsed "$t0")"
+else
+	record "tools/mrmgr_info" PASS "$(elapsed "$t0")"
+fi
+
 echo
 echo "==== summary ($DEVICE)"
 printf '%s\n' "${results[@]}"
