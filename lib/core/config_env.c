@@ -136,11 +136,11 @@ static int odp_attr(struct mrmgr__cache_config *cfg,
 	return 0;
 }
 
-/* MRMGR_MONITOR: auto, uffd, hooks, external, none (or off). */
+/* MRMGR_MONITOR: auto, uffd, hooks, external, none (or off), patch. */
 static int env_monitor(uint32_t *out)
 {
 	static const char *const names[] = { "auto", "uffd", "hooks",
-					     "external", "none" };
+					     "external", "none", "patch" };
 	const char *s = getenv("MRMGR_MONITOR");
 
 	if (!s)
@@ -156,7 +156,7 @@ static int env_monitor(uint32_t *out)
 		return 1;
 	}
 	mrmgr__warn("ignoring MRMGR_MONITOR=\"%s\": expected auto, uffd, "
-		    "hooks, external or none", s);
+		    "hooks, patch, external or none", s);
 	return 0;
 }
 
@@ -209,7 +209,7 @@ int mrmgr__cache_config_resolve(struct mrmgr__cache_config *cfg,
 		    odp_attr(cfg, attr))
 			return EINVAL;
 		if (attr->comp_mask & MRMGR_CACHE_ATTR_MONITOR) {
-			if (attr->monitor > MRMGR_MONITOR_NONE) {
+			if (attr->monitor > MRMGR_MONITOR_PATCH) {
 				mrmgr__err("cache attr: unknown monitor mode %u",
 					   attr->monitor);
 				return EINVAL;
