@@ -552,6 +552,19 @@ static int install(const char **why)
 	return 0;
 }
 
+int mrmgr__patch_test_toggle(void)
+{
+	int err = 0;
+
+	if (P.state != SRC_ACTIVE)
+		return EINVAL;
+	for (int t = MRMGR__PT_COUNT - 1; t >= 0 && !err; t--)
+		err = apply(t, 1);
+	for (int t = 0; t < MRMGR__PT_COUNT && !err; t++)
+		err = apply(t, 0);
+	return err;
+}
+
 int mrmgr__patch_start(void)
 {
 	const char *why = NULL, *tool;
@@ -577,6 +590,11 @@ int mrmgr__patch_start(void)
 }
 
 #else /* !MRMGR__PATCH_SUPPORTED */
+
+int mrmgr__patch_test_toggle(void)
+{
+	return EINVAL;
+}
 
 int mrmgr__patch_start(void)
 {

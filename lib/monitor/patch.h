@@ -48,6 +48,8 @@ enum mrmgr__patch_test_flags {
 	MRMGR__PATCH_TEST_IGNORE_TOOLS = 1u << 2,     /* patch under sanitizers */
 };
 extern unsigned int mrmgr__patch_test_flags;
+/* Take every patch out and put it back (tests: patching under load). */
+int mrmgr__patch_test_toggle(void);
 
 /* ------------------------------------------------------------ hooks */
 
