@@ -16,10 +16,12 @@
  * EXPEDITED_SYNC_CORE) makes every thread of the process execute a
  * context synchronisation event, so none keeps a stale fetch.
  *
- * What the architecture leaves open: its list of instructions that may
+ * What the architecture leaves open: it lists the instructions that may
  * be modified while another thread executes them without explicit
- * synchronisation (B, BL, NOP, BRK, SVC, HVC, SMC, ISB) does not include
- * the MOVZ glibc's wrappers start with. A thread fetching that exact word
+ * synchronisation (B, BL, NOP, BRK, SVC, HVC, SMC, ISB). Debian 12's
+ * glibc 2.36 starts munmap and madvise with a NOP, so replacing it with a
+ * B is within that list; mremap (STP), mmap (TST), brk (MOV), shmat
+ * (SXTW) and shmdt (MOVZ) are not. A thread fetching that exact word
  * during the store may, per the architecture, behave as some sequence of
  * instructions at its exception level; the window is the single store,
  * and every other run-time patcher of libc (UCX, libfabric) has it too,
