@@ -36,11 +36,13 @@ static void find_source(struct drv *d)
 	struct mrmgr_monitor_info mi;
 
 	if (!mrmgr_cache_query_monitor(d->cache, &mi, sizeof(mi)) &&
-	    (mi.sources & (MRMGR_MONITOR_SRC_UFFD | MRMGR_MONITOR_SRC_HOOKS))) {
+	    (mi.sources & (MRMGR_MONITOR_SRC_UFFD | MRMGR_MONITOR_SRC_HOOKS |
+			   MRMGR_MONITOR_SRC_PATCH))) {
 		d->watched = 1;
-		snprintf(d->source, sizeof(d->source), "monitor: %s",
-			 mi.sources & MRMGR_MONITOR_SRC_UFFD ? "userfaultfd"
-							     : "libmrmgr_hooks.so");
+		snprintf(d->source, sizeof(d->source), "monitor: %s%s%s",
+			 mi.sources & MRMGR_MONITOR_SRC_UFFD ? "userfaultfd " : "",
+			 mi.sources & MRMGR_MONITOR_SRC_HOOKS ? "libmrmgr_hooks.so " : "",
+			 mi.sources & MRMGR_MONITOR_SRC_PATCH ? "patched libc" : "");
 		return;
 	}
 #endif

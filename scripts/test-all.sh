@@ -2,7 +2,8 @@
 # Quick start, second command: the whole test suite.
 #  1. a -Werror build and `make check` (unit tests on the simulated HCA,
 #     the pkg-config consumer, the exported-symbol baseline), and the
-#     library under ThreadSanitizer with a stress driver (`make check-tsan`);
+#     library under ThreadSanitizer with a stress driver (`make check-tsan`),
+#     the libc patch engine on aarch64 under qemu-user (`make check-aarch64`);
 #  2. the ABI baseline (abidiff), `make distcheck`, `make doc`;
 #  3. the real-verbs tier: the same kind of tests on Soft-RoCE (rxe0) in a
 #     qemu guest (`make check-rxe`); MRMGR_SKIP_RXE=1 leaves it out.
@@ -25,6 +26,8 @@ if ! make -s check; then
 fi
 step "ThreadSanitizer stress"
 make -s check-tsan
+step "libc patch engine on aarch64 (cross-compiled, qemu-user)"
+make -s check-aarch64
 step "ABI baseline"
 "$top/tests/abi/abidiff.sh"
 step "documentation"

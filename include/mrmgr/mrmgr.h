@@ -150,8 +150,9 @@ enum mrmgr_cache_flags {
  */
 enum mrmgr_monitor_mode {
 	/**
-	 * The default: userfaultfd where the kernel allows it, else
-	 * libmrmgr_hooks.so when it is loaded. Regions that no active source
+	 * The default: userfaultfd where the kernel allows it, and libc's
+	 * entry points patched in the process (::MRMGR_MONITOR_PATCH) when
+	 * its self-test passes, else libmrmgr_hooks.so when it is loaded. Regions that no active source
 	 * can watch are not cached: registered on get, deregistered at the
 	 * last put.
 	 */
@@ -173,6 +174,16 @@ enum mrmgr_monitor_mode {
 	 * registered memory.
 	 */
 	MRMGR_MONITOR_NONE = 4,
+	/**
+	 * libc's own munmap, mremap, madvise, mmap, brk, shmat and shmdt
+	 * redirected in the running process (no LD_PRELOAD, no change to
+	 * the program), so glibc's internal calls from free() and heap
+	 * trimming arrive too, before the kernel releases the pages. Used
+	 * only after a self-test; under valgrind, sanitizers or an
+	 * unexpected libc, libc is left alone (one warning) and what no
+	 * source watches is not cached. ::MRMGR_MONITOR_AUTO uses it too.
+	 */
+	MRMGR_MONITOR_PATCH = 5,
 };
 
 /**
@@ -469,6 +480,7 @@ enum mrmgr_monitor_source {
 	MRMGR_MONITOR_SRC_UFFD = 1u << 0,     /**< userfaultfd is running */
 	MRMGR_MONITOR_SRC_HOOKS = 1u << 1,    /**< libmrmgr_hooks.so passed its self-test */
 	MRMGR_MONITOR_SRC_EXTERNAL = 1u << 2, /**< the cache trusts mrmgr_notify_unmap() */
+	MRMGR_MONITOR_SRC_PATCH = 1u << 3,    /**< libc's entry points are redirected (patch source) */
 };
 
 /** Bits of mrmgr_monitor_info::uffd_flags. */
@@ -504,6 +516,8 @@ struct mrmgr_monitor_info {
 	uint64_t overflows;       /**< times this cache fell behind the queue and invalidated everything */
 	uint64_t unwatched;       /**< gets served uncached because no source could watch the range */
 	uint64_t fork_purges;     /**< times a fork() purged this cache (in this process) */
+	int32_t patch_error;      /**< process: why libc is not patched (errno; EOPNOTSUPP: valgrind or a sanitizer; ENOEXEC: unknown prologue), 0 when it is or was not tried */
+	uint32_t patch_targets;   /**< process: functions redirected, bits in the order munmap, mremap, madvise, mmap, brk, shmat, shmdt */
 };
 
 /**

@@ -174,13 +174,15 @@ static int env_odp_mode(uint32_t *out)
 
 static int env_monitor(uint32_t *out)
 {
-	/* "off" and "0" are accepted spellings of none. */
+	/* Index = enum mrmgr_monitor_mode; "off" and "0" are accepted
+	 * spellings of none. */
 	static const char *const names[] = { "auto", "uffd", "hooks",
-					     "external", "none", "off", "0" };
-	int ret = env_word("MRMGR_MONITOR", names, 7,
-			   "auto, uffd, hooks, external or none", out);
+					     "external", "none", "patch",
+					     "off", "0" };
+	int ret = env_word("MRMGR_MONITOR", names, 8,
+			   "auto, uffd, hooks, patch, external or none", out);
 
-	if (ret && *out > MRMGR_MONITOR_NONE)
+	if (ret && *out > MRMGR_MONITOR_PATCH)
 		*out = MRMGR_MONITOR_NONE;
 	return ret;
 }
@@ -251,7 +253,7 @@ static int attrs(struct mrmgr__cache_config *cfg,
 			src[MRMGR__SET_ODP_PREFETCH] = MRMGR_CONFIG_SOURCE_ATTR;
 	}
 	if (attr->comp_mask & MRMGR_CACHE_ATTR_MONITOR) {
-		if (attr->monitor > MRMGR_MONITOR_NONE) {
+		if (attr->monitor > MRMGR_MONITOR_PATCH) {
 			mrmgr__err("cache attr: unknown monitor mode %u",
 				   attr->monitor);
 			return EINVAL;
@@ -464,7 +466,7 @@ int mrmgr__cache_config_resolve(struct mrmgr__cache_config *cfg,
 static const char *const odp_names[] = { "off", "explicit", "implicit",
 					 "auto" };
 static const char *const monitor_names[] = { "auto", "uffd", "hooks",
-					     "external", "none" };
+					     "external", "none", "patch" };
 
 static void entry_fill(const struct mrmgr__cache_config *cfg,
 		       enum mrmgr__setting id, struct mrmgr_config_entry *e)
@@ -511,7 +513,7 @@ static void entry_fill(const struct mrmgr__cache_config *cfg,
 		break;
 	case MRMGR__SET_MONITOR:
 		snprintf(e->value, sizeof(e->value), "%s",
-			 cfg->monitor <= MRMGR_MONITOR_NONE
+			 cfg->monitor <= MRMGR_MONITOR_PATCH
 				 ? monitor_names[cfg->monitor] : "?");
 		break;
 	default:

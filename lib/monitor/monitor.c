@@ -21,6 +21,7 @@
 #include "hooks_abi.h"
 #include "log.h"
 #include "monitor.h"
+#include "patch.h"
 
 pthread_mutex_t mrmgr__mon_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -39,7 +40,7 @@ static int warned_no_source;
 static const char *mode_name(uint32_t m)
 {
 	static const char *const names[] = { "auto", "uffd", "hooks",
-					     "external", "none" };
+					     "external", "none", "patch" };
 
 	return m < MRMGR__ARRAY_SIZE(names) ? names[m] : "?";
 }
@@ -117,6 +118,44 @@ int mrmgr__hooks_state(int *err)
 	return H.state;
 }
 
+/* ------------------------------------------------------------ patch */
+
+static int mode_uses_hooks(uint32_t m)
+{
+	return m == MRMGR_MONITOR_AUTO || m == MRMGR_MONITOR_HOOKS;
+}
+
+static int mode_uses_patch(uint32_t m)
+{
+	return m == MRMGR_MONITOR_AUTO || m == MRMGR_MONITOR_PATCH;
+}
+
+/*
+ * Whether an in-process source vouches for memory of this kind (-1: any
+ * kind) in a cache of this mode. Both see this process's calls on its
+ * private memory, not what happens to shared memory elsewhere. The patch
+ * source vouches for anonymous memory only: a private file mapping's
+ * pages not yet copied on write are the file's, which a truncation
+ * elsewhere replaces with no call here. In auto mode it vouches only
+ * where userfaultfd is not running: a range userfaultfd is running but
+ * could not watch (a VMA that changed while it was being registered, the
+ * budget) would otherwise be cached with raw syscall() blind to it
+ * (test_monitor_torture found that).
+ */
+int mrmgr__mon_inproc_covers(uint32_t mode, int kind)
+{
+	int any = kind < 0;
+
+	if (mode_uses_patch(mode) && mrmgr__patch_start() == 0 &&
+	    (mode == MRMGR_MONITOR_PATCH ||
+	     mrmgr__uffd_state(NULL, NULL, NULL) != SRC_ACTIVE) &&
+	    (any || kind == MRMGR__VMA_ANON_PRIVATE))
+		return 1;
+	return mode_uses_hooks(mode) && mrmgr__hooks_state(NULL) == SRC_ACTIVE &&
+	       (any || kind == MRMGR__VMA_ANON_PRIVATE ||
+		kind == MRMGR__VMA_FILE_PRIVATE);
+}
+
 /* ------------------------------------------------------------ caches */
 
 static int fork_status_of(const struct mrmgr_cache *c)
@@ -131,7 +170,7 @@ static int fork_status_of(const struct mrmgr_cache *c)
 void mrmgr__mon_cache_init(struct mrmgr_cache *c)
 {
 	uint32_t mode = c->cfg.monitor;
-	int uerr = 0, herr = 0, any = 0;
+	int uerr = 0, herr = 0, perr = 0, any = 0;
 
 	memset(&c->mon, 0, sizeof(c->mon));
 	c->mon.mode = mode;
@@ -155,19 +194,23 @@ void mrmgr__mon_cache_init(struct mrmgr_cache *c)
 	if (c->cfg.flags & MRMGR_CACHE_DISABLE)
 		return;
 	pthread_mutex_lock(&mrmgr__mon_lock);
-	if (mode != MRMGR_MONITOR_HOOKS)
+	if (mode_uses_patch(mode))
+		any |= !(perr = mrmgr__patch_start());
+	if (mode == MRMGR_MONITOR_AUTO || mode == MRMGR_MONITOR_UFFD)
 		any |= !(uerr = mrmgr__uffd_start());
-	if (mode != MRMGR_MONITOR_UFFD)
+	if (mode_uses_hooks(mode))
 		any |= !(herr = hooks_start());
 	if (!any && !warned_no_source) {
 		warned_no_source = 1;
 		mrmgr__warn("monitor (%s): no memory-event source works in this "
-			    "process (userfaultfd: %s; hooks: %s): nothing will "
+			    "process (libc patching: %s; userfaultfd: %s; "
+			    "hooks: %s): nothing will "
 			    "be cached, every get registers. Allow userfaultfd, "
 			    "preload libmrmgr_hooks.so, or set "
 			    "MRMGR_MONITOR=external if you report changes with "
 			    "mrmgr_notify_unmap().",
 			    mode_name(mode),
+			    perr ? strerror(perr) : "not used",
 			    uerr ? strerror(uerr) : "not used",
 			    herr == ENOENT ? "not loaded"
 					   : herr ? strerror(herr) : "not used");
@@ -185,7 +228,7 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
 					   size_t size)
 {
 	struct mrmgr_monitor_info m;
-	int ustate, hstate, uerr, herr;
+	int ustate, hstate, pstate, uerr, herr, perr;
 
 	if (!c || !info || !size) {
 		mrmgr__err("mrmgr_cache_query_monitor: %s",
@@ -207,6 +250,8 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
 	ustate = mrmgr__uffd_state(&uerr, &m.uffd_flags, &m.uffd_features);
 	hstate = H.state;
 	herr = H.state == SRC_ACTIVE ? 0 : H.err;
+	pstate = mrmgr__patch_state(&perr);
+	m.patch_targets = mrmgr__patch_targets();
 	if (mrmgr__vma_uses_query())
 		m.uffd_flags |= MRMGR_MONITOR_UFFD_PROCMAP_QUERY;
 	mrmgr__watch_stats(&m.watched_ranges, &m.watched_runs, &m.watch_budget);
@@ -222,6 +267,9 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
 		m.sources |= MRMGR_MONITOR_SRC_HOOKS;
 	if (m.mode == MRMGR_MONITOR_EXTERNAL)
 		m.sources |= MRMGR_MONITOR_SRC_EXTERNAL;
+	if (pstate == SRC_ACTIVE && mode_uses_patch(m.mode))
+		m.sources |= MRMGR_MONITOR_SRC_PATCH;
+	m.patch_error = perr;
 	m.uffd_events = __atomic_load_n(&mrmgr__mon_uffd_events, __ATOMIC_RELAXED);
 	m.notify_events = __atomic_load_n(&mrmgr__mon_notify_events,
 					  __ATOMIC_RELAXED);

@@ -56,6 +56,15 @@ static inline int mrmgr__mon_quiet(const uint64_t *seen)
 void mrmgr__mon_push(uint64_t start, uint64_t last);
 
 /*
+ * A change to [start, last] seen from the changing thread: begin before
+ * the system call (before the kernel releases the pages), end after it
+ * returned, also when it failed. Async-signal-safe, no allocation, no
+ * lock. The patch source's hooks call them (change.c).
+ */
+void mrmgr__mon_change_begin(uint64_t start, uint64_t last);
+void mrmgr__mon_change_end(uint64_t start, uint64_t last);
+
+/*
  * Remember that [start, last] may be cached, so mrmgr_notify_unmap() does
  * not drop events for it. Call before registering the range.
  */
@@ -113,6 +122,9 @@ void mrmgr__uffd_fork_child(void);
 
 /* libmrmgr_hooks.so (monitor.c). */
 int mrmgr__hooks_state(int *err);
+/* libmrmgr_hooks.so or the patch source vouches for memory of this kind
+ * (enum mrmgr__vma_kind, -1: any) in a cache of this mode (monitor.c). */
+int mrmgr__mon_inproc_covers(uint32_t mode, int kind);
 
 /* What kind of memory [start, last] is (os/vma.c), mon lock held. */
 enum mrmgr__vma_kind {

@@ -241,7 +241,7 @@ int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
 			   uint64_t last, struct mrmgr__watch_tx *tx)
 {
 	uint32_t mode = c->mon.mode;
-	int err = ENODEV, herr;
+	int err = ENODEV;
 
 	memset(tx, 0, sizeof(*tx));
 	/* Before anything pins the range, so notifications reach us. */
@@ -251,21 +251,21 @@ int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
 		return 0;
 	}
 	pthread_mutex_lock(&mrmgr__mon_lock);
-	if (mode != MRMGR_MONITOR_HOOKS && mrmgr__uffd_start() == 0) {
+	if (mode != MRMGR_MONITOR_HOOKS && mode != MRMGR_MONITOR_PATCH &&
+	    mrmgr__uffd_start() == 0) {
 		err = uffd_watch(tx, start, last);
 		if (!err) {
 			pthread_mutex_unlock(&mrmgr__mon_lock);
 			return 0;
 		}
 	}
-	if (mode != MRMGR_MONITOR_UFFD &&
-	    mrmgr__hooks_state(&herr) == SRC_ACTIVE) {
-		/* The hooks see this process's calls on private memory; what
-		 * happens to shared memory elsewhere they cannot see. */
+	if (mode != MRMGR_MONITOR_UFFD && mrmgr__mon_inproc_covers(mode, -1)) {
+		/* The hooks (library or patched libc) see this process's
+		 * calls on private memory; what happens to shared memory
+		 * elsewhere they cannot see. */
 		int kind = mrmgr__vma_classify(start, last, NULL, NULL);
 
-		if (kind == MRMGR__VMA_ANON_PRIVATE ||
-		    kind == MRMGR__VMA_FILE_PRIVATE) {
+		if (mrmgr__mon_inproc_covers(mode, kind)) {
 			tx->kind = TX_TRUSTED;
 			err = 0;
 		} else {

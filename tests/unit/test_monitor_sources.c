@@ -14,6 +14,7 @@
 
 #include "monitor_helpers.h"
 #include "monitor.h"
+#include "patch.h"
 
 #define LEN (64 * KiB)
 #define PAGE ((size_t)4096)
@@ -213,6 +214,7 @@ Test(no_source, delivery_self_test_fails)
 	struct fixture f;
 
 	mrmgr__mon_test_flags = MRMGR__MON_TEST_DROP_EVENTS;
+	mrmgr__patch_test_flags = MRMGR__PATCH_TEST_UNKNOWN_PROLOGUE; /* no libc patching */
 	fx_open(&f, NULL, NULL);
 	struct mrmgr_monitor_info m = minfo(f.cache);
 	cr_assert_eq(m.uffd_error, ETIMEDOUT);
@@ -226,6 +228,7 @@ Test(no_source, userfaultfd_refused)
 	struct fixture f;
 
 	mrmgr__mon_test_flags = MRMGR__MON_TEST_UFFD_EPERM;
+	mrmgr__patch_test_flags = MRMGR__PATCH_TEST_UNKNOWN_PROLOGUE; /* no libc patching */
 	fx_open(&f, NULL, NULL);
 	cr_assert_eq(minfo(f.cache).uffd_error, EPERM);
 	check_no_caching(&f);
@@ -238,6 +241,7 @@ Test(no_source, seccomp_refuses_userfaultfd)
 
 	refuse_userfaultfd();
 	cr_assert_eq(syscall(__NR_userfaultfd, 0), -1);
+	mrmgr__patch_test_flags = MRMGR__PATCH_TEST_UNKNOWN_PROLOGUE; /* no libc patching */
 	fx_open(&f, NULL, NULL);
 	cr_assert_eq(minfo(f.cache).uffd_error, EPERM);
 	check_no_caching(&f);

@@ -1,0 +1,610 @@
+/*
+ * The patch source: find libc's munmap, mremap, madvise, mmap, brk,
+ * shmat and shmdt in this process, check each is the wrapper we expect,
+ * redirect it to its hook (patch_hooks.c), and check the hooks really
+ * receive the calls -- glibc's internal ones included -- before any
+ * cache relies on them. Anything unexpected leaves libc untouched, with
+ * one warning.
+ *
+ * Why the exported symbol's body is the right one to patch: glibc's
+ * internal calls (free() -> munmap_chunk -> __munmap, heap_trim /
+ * shrink_heap -> __madvise / __mmap, delete_heap -> __munmap, sbrk ->
+ * __brk, malloc's morecore -> __sbrk) go to hidden aliases
+ * (libc_hidden_def) of the very function the public name exports, the
+ * same address, never through the PLT. The plan checks that every
+ * exported alias of a target (__munmap, __mmap, mmap64, __madvise, ...)
+ * has the same address, and that sbrk's body calls brk's.
+ *
+ * The patch is for the life of the process: the hooks issue the system
+ * calls themselves and never call the original, the trampoline page is
+ * never unmapped, and libmrmgr is pinned (RTLD_NODELETE) so a dlclose()
+ * cannot unmap the hooks under libc. A fork child inherits the patched
+ * text.
+ *
+ * Not used (fallback, one warning) under valgrind, which translates code
+ * and would not see the patch, and under sanitizers, which intercept
+ * these calls and replace malloc with allocators that unmap through raw
+ * system calls; nor when a prologue is not the expected one (another
+ * patcher, another libc), the trampoline cannot be placed, the text
+ * cannot be made writable, or the self-test misses a call.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "monitor.h"
+#include "patch.h"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+unsigned int mrmgr__patch_test_flags;
+
+static struct {
+	int state; /* enum mrmgr__src_state */
+	int err;
+	uint32_t targets;
+	struct mrmgr__patch_site site[MRMGR__PT_COUNT];
+} P;
+
+int mrmgr__patch_state(int *err)
+{
+	if (err)
+		*err = P.state == SRC_ACTIVE ? 0 : P.err;
+	return P.state;
+}
+
+uint32_t mrmgr__patch_targets(void)
+{
+	return __atomic_load_n(&P.targets, __ATOMIC_ACQUIRE);
+}
+
+#if MRMGR__PATCH_SUPPORTED
+
+static const struct target {
+	const char *name;
+	const char *aliases[3]; /* other exported names of the same body */
+	long nr;
+} T[MRMGR__PT_COUNT] = {
+	[MRMGR__PT_MUNMAP] = { "munmap", { "__munmap" }, SYS_munmap },
+	[MRMGR__PT_MREMAP] = { "mremap", { "__mremap" }, SYS_mremap },
+	[MRMGR__PT_MADVISE] = { "madvise", { "__madvise" }, SYS_madvise },
+	[MRMGR__PT_MMAP] = { "mmap", { "mmap64", "__mmap", "__mmap64" }, SYS_mmap },
+	[MRMGR__PT_BRK] = { "brk", { "__brk" }, SYS_brk },
+	[MRMGR__PT_SHMAT] = { "shmat", { 0 }, SYS_shmat },
+	[MRMGR__PT_SHMDT] = { "shmdt", { 0 }, SYS_shmdt },
+};
+
+/* ------------------------------------------------------------ libc */
+
+/* libc's image: its dynamic symbol table and its text. */
+struct image {
+	uintptr_t want; /* an address inside it (munmap) */
+	uintptr_t base;
+	const ElfW(Sym) *sym;
+	const char *str;
+	size_t nsym;
+	uintptr_t text_lo, text_hi; /* the executable, not writable segment */
+	int found;
+};
+
+static uintptr_t dyn_ptr(uintptr_t base, ElfW(Addr) p)
+{
+	/* ld.so relocates these in place on most targets, not on all. */
+	return p < base ? base + p : p;
+}
+
+static size_t gnu_hash_count(const uint32_t *gh)
+{
+	uint32_t nb = gh[0], off = gh[1], bloom = gh[2], max = 0;
+	const uint32_t *buckets =
+		(const uint32_t *)((const ElfW(Addr) *)(gh + 4) + bloom);
+	const uint32_t *chain = buckets + nb;
+
+	for (uint32_t b = 0; b < nb; b++)
+		if (buckets[b] > max)
+			max = buckets[b];
+	if (max < off)
+		return off;
+	while (!(chain[max - off] & 1))
+		max++;
+	return (size_t)max + 1;
+}
+
+static int find_image(struct dl_phdr_info *info, size_t sz, void *arg)
+{
+	struct image *im = arg;
+	const ElfW(Dyn) *dyn = NULL;
+	uintptr_t lo = 0, hi = 0;
+	int mine = 0;
+
+	(void)sz;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t s = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type == PT_DYNAMIC)
+			dyn = (const ElfW(Dyn) *)s;
+		if (ph->p_type == PT_LOAD && im->want >= s &&
+		    im->want < s + ph->p_memsz && (ph->p_flags & PF_X) &&
+		    !(ph->p_flags & PF_W)) {
+			mine = 1;
+			lo = s;
+			hi = s + ph->p_memsz;
+		}
+	}
+	if (!mine || !dyn)
+		return 0;
+	im->base = info->dlpi_addr;
+	im->text_lo = lo;
+	im->text_hi = hi;
+	for (; dyn->d_tag != DT_NULL; dyn++) {
+		if (dyn->d_tag == DT_SYMTAB)
+			im->sym = (const ElfW(Sym) *)dyn_ptr(im->base, dyn->d_un.d_ptr);
+		else if (dyn->d_tag == DT_STRTAB)
+			im->str = (const char *)dyn_ptr(im->base, dyn->d_un.d_ptr);
+		else if (dyn->d_tag == DT_GNU_HASH)
+			im->nsym = gnu_hash_count(
+				(const uint32_t *)dyn_ptr(im->base, dyn->d_un.d_ptr));
+		else if (dyn->d_tag == DT_HASH && !im->nsym)
+			im->nsym = ((const uint32_t *)dyn_ptr(im->base,
+							      dyn->d_un.d_ptr))[1];
+	}
+	im->found = im->sym && im->str && im->nsym;
+	return 1;
+}
+
+/* A defined function symbol's address and size by name; 0 if absent. */
+static uintptr_t sym_of(const struct image *im, const char *name, size_t *size)
+{
+	for (size_t i = 1; i < im->nsym; i++) {
+		const ElfW(Sym) *s = &im->sym[i];
+
+		if (s->st_shndx == SHN_UNDEF || ELF64_ST_TYPE(s->st_info) != STT_FUNC)
+			continue;
+		if (strcmp(im->str + s->st_name, name))
+			continue;
+		if (size)
+			*size = s->st_size;
+		return im->base + s->st_value;
+	}
+	return 0;
+}
+
+/* The gap around [fn, fn + size): the end of the symbol before it and
+ * the start of the one after (any symbol with a range in the text). */
+static void gaps(const struct image *im, uintptr_t fn, size_t size,
+		 uintptr_t *before_lo, uintptr_t *after_hi)
+{
+	uintptr_t lo = im->text_lo, hi = im->text_hi;
+
+	for (size_t i = 1; i < im->nsym; i++) {
+		const ElfW(Sym) *s = &im->sym[i];
+		uintptr_t a = im->base + s->st_value, e = a + s->st_size;
+
+		if (s->st_shndx == SHN_UNDEF || a < im->text_lo || a >= im->text_hi)
+			continue;
+		if (a < fn && e > lo)
+			lo = e > fn ? fn : e;
+		if (a >= fn + size && a < hi)
+			hi = a;
+	}
+	*before_lo = lo;
+	*after_hi = hi;
+}
+
+/* ------------------------------------------------------------ tools */
+
+static int dso_named(struct dl_phdr_info *info, size_t sz, void *arg)
+{
+	(void)sz;
+	return info->dlpi_name && strstr(info->dlpi_name, (const char *)arg);
+}
+
+/* A tool that intercepts or translates these calls, or NULL. */
+static const char *tool_in_process(void)
+{
+	static const char *const sanitizers[] = {
+		"__asan_init", "__tsan_init", "__msan_init", "__hwasan_init",
+		"__lsan_do_leak_check", "__dfsan_init",
+	};
+
+	if (mrmgr__patch_test_flags & MRMGR__PATCH_TEST_IGNORE_TOOLS)
+		return NULL;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	return "a sanitizer (libmrmgr was built with one)";
+#endif
+	if (dl_iterate_phdr(dso_named, (void *)"vgpreload"))
+		return "valgrind";
+	for (size_t i = 0; i < MRMGR__ARRAY_SIZE(sanitizers); i++)
+		if (dlsym(RTLD_DEFAULT, sanitizers[i]))
+			return "a sanitizer";
+	return NULL;
+}
+
+/* ------------------------------------------------------------ install */
+
+static long page_size(void)
+{
+	return sysconf(_SC_PAGESIZE);
+}
+
+/* Make the text pages holding [a, a + n) writable (keeping them
+ * executable: other threads run there), or restore them. */
+static int text_rw(uintptr_t a, size_t n, int on)
+{
+	uintptr_t pg = (uintptr_t)page_size();
+	uintptr_t lo = a & ~(pg - 1), hi = (a + n + pg - 1) & ~(pg - 1);
+
+	return mprotect((void *)lo, hi - lo,
+			PROT_READ | PROT_EXEC | (on ? PROT_WRITE : 0)) ? errno : 0;
+}
+
+/* Every thread of the process executes a serialising instruction before
+ * it runs user code again (see patch_x86_64.c / patch_aarch64.c). */
+static int sync_cores_ok = -1;
+static void sync_cores(void)
+{
+	enum { QUERY = 0, SYNC_CORE = 1 << 5, REG_SYNC_CORE = 1 << 6 };
+
+	if (sync_cores_ok < 0) {
+		long cmds = syscall(SYS_membarrier, QUERY, 0);
+
+		sync_cores_ok = cmds > 0 && (cmds & SYNC_CORE) &&
+				syscall(SYS_membarrier, REG_SYNC_CORE, 0) == 0;
+	}
+	if (sync_cores_ok)
+		(void)syscall(SYS_membarrier, SYNC_CORE, 0);
+}
+
+/* A page for the trampolines within branch reach of every site. */
+static uintptr_t tramp_page(const struct image *im)
+{
+	uintptr_t pg = (uintptr_t)page_size(), step = (uintptr_t)1 << 20;
+
+	for (uintptr_t k = 1; k <= 64; k++) {
+		for (int up = 0; up < 2; up++) {
+			uintptr_t hint = up ? ((im->text_hi + pg - 1) & ~(pg - 1)) + k * step
+					    : (im->text_lo & ~(pg - 1)) - k * step;
+			void *p;
+			int ok = 1;
+
+			if (!up && im->text_lo < k * step + pg)
+				continue;
+			p = mmap((void *)hint, pg, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+				 -1, 0);
+			if (p == MAP_FAILED)
+				continue;
+			for (int t = 0; t < MRMGR__PT_COUNT && ok; t++)
+				ok = mrmgr__patch_arch_reaches(&P.site[t], (uintptr_t)p) &&
+				     mrmgr__patch_arch_reaches(&P.site[t], (uintptr_t)p + pg);
+			if (ok)
+				return (uintptr_t)p;
+			munmap(p, pg);
+		}
+	}
+	return 0;
+}
+
+/* Recognise every target; 0 or ENOEXEC with *why set. */
+static int plan(const struct image *im, const char **why)
+{
+	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
+		size_t size = 0;
+		uintptr_t fn = sym_of(im, T[t].name, &size), lo, hi;
+
+		if (!fn) {
+			*why = T[t].name;
+			return ENOENT;
+		}
+		for (int a = 0; a < 3 && T[t].aliases[a]; a++) {
+			uintptr_t x = sym_of(im, T[t].aliases[a], NULL);
+
+			if (x && x != fn) {
+				*why = T[t].aliases[a];
+				return ENOEXEC;
+			}
+		}
+		gaps(im, fn, size, &lo, &hi);
+		if ((mrmgr__patch_test_flags & MRMGR__PATCH_TEST_UNKNOWN_PROLOGUE) ||
+		    mrmgr__patch_arch_plan(fn, size, T[t].nr, lo, hi, &P.site[t])) {
+			*why = T[t].name;
+			return ENOEXEC;
+		}
+	}
+	return 0;
+}
+
+/* sbrk() (and so malloc's morecore) must reach brk's body. */
+static int sbrk_calls_brk(const struct image *im)
+{
+	size_t size = 0;
+	uintptr_t sb = sym_of(im, "sbrk", &size), brk = P.site[MRMGR__PT_BRK].fn;
+
+	if (!sb || size > 4096)
+		return 0;
+	for (size_t i = 0; i + 4 <= size; i++) {
+#if defined(__x86_64__)
+		const uint8_t *p = (const uint8_t *)sb + i;
+		int32_t d;
+
+		if (i + 5 > size || (p[0] != 0xe8 && p[0] != 0xe9))
+			continue;
+		memcpy(&d, p + 1, 4);
+		if (sb + i + 5 + (intptr_t)d == brk)
+			return 1;
+#elif defined(__aarch64__)
+		uint32_t v;
+		int32_t off;
+
+		if (i & 3)
+			continue;
+		memcpy(&v, (const void *)(sb + i), 4);
+		if ((v & 0x7c000000u) != 0x14000000u) /* b, bl */
+			continue;
+		off = (int32_t)(v << 6) >> 6;
+		if (sb + i + (intptr_t)off * 4 == brk)
+			return 1;
+#endif
+	}
+	return 0;
+}
+
+/* Write site t's jump (or the original bytes back when undo). */
+static int apply(int t, int undo)
+{
+	struct mrmgr__patch_site *s = &P.site[t];
+	uintptr_t lo = s->win, hi = s->win + s->win_len;
+	int err;
+
+	if (s->pad) {
+		lo = s->pad < lo ? s->pad : lo;
+		hi = s->pad + s->pad_len > hi ? s->pad + s->pad_len : hi;
+	}
+	err = text_rw(lo, hi - lo, 1);
+	if (err)
+		return err;
+	if (s->pad && !undo) {
+		/* Dead bytes nothing executes until the short jump is in. */
+		memcpy((void *)s->pad, s->pad_new, s->pad_len);
+		mrmgr__patch_arch_flush(s->pad, s->pad_len);
+		sync_cores();
+	}
+	err = undo ? mrmgr__patch_arch_swap(s, s->new, s->old)
+		   : mrmgr__patch_arch_swap(s, s->old, s->new);
+	mrmgr__patch_arch_flush(s->win, s->win_len);
+	if (!err)
+		__atomic_fetch_xor(&P.targets, 1u << t, __ATOMIC_RELEASE);
+	(void)text_rw(lo, hi - lo, 0);
+	sync_cores();
+	return err;
+}
+
+static void undo_all(void)
+{
+	for (int t = MRMGR__PT_COUNT - 1; t >= 0; t--)
+		if (P.targets & (1u << t))
+			(void)apply(t, 1);
+}
+
+/*
+ * Each patched call is delivered: call every entry point through libc's
+ * own address with arguments the kernel refuses (no side effect; errno
+ * must come back as glibc sets it), then an munmap() whose event must
+ * reach the queue, then -- when free() is glibc's -- free() of a chunk
+ * glibc can only have mmap'd, whose internal munmap must arrive too.
+ */
+static int selftest(const struct image *im)
+{
+	int (*p_munmap)(void *, size_t) = (int (*)(void *, size_t))P.site[MRMGR__PT_MUNMAP].fn;
+	void *(*p_mremap)(void *, size_t, size_t, int, ...) =
+		(void *(*)(void *, size_t, size_t, int, ...))P.site[MRMGR__PT_MREMAP].fn;
+	int (*p_madvise)(void *, size_t, int) = (int (*)(void *, size_t, int))P.site[MRMGR__PT_MADVISE].fn;
+	void *(*p_mmap)(void *, size_t, int, int, int, off_t) =
+		(void *(*)(void *, size_t, int, int, int, off_t))P.site[MRMGR__PT_MMAP].fn;
+	int (*p_brk)(void *) = (int (*)(void *))P.site[MRMGR__PT_BRK].fn;
+	void *(*p_shmat)(int, const void *, int) = (void *(*)(int, const void *, int))P.site[MRMGR__PT_SHMAT].fn;
+	int (*p_shmdt)(const void *) = (int (*)(const void *))P.site[MRMGR__PT_SHMDT].fn;
+	void *bad = (void *)(uintptr_t)1;
+	unsigned int seen, all = (1u << MRMGR__PT_COUNT) - 1;
+	size_t pg = (size_t)page_size();
+	int ok = 1, saved = errno;
+	uint64_t from;
+	char *m;
+
+	__atomic_store_n(&mrmgr__patch_probe_seen, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&mrmgr__patch_probe_on, 1, __ATOMIC_SEQ_CST);
+	errno = 0;
+	ok &= p_munmap(bad, pg) == -1 && errno == EINVAL;
+	errno = 0;
+	ok &= p_mremap(bad, pg, pg, 0) == MAP_FAILED && errno == EINVAL;
+	errno = 0;
+	ok &= p_madvise(bad, pg, MADV_DONTNEED) == -1 && errno == EINVAL;
+	errno = 0;
+	ok &= p_mmap(bad, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+		     -1, 0) == MAP_FAILED && errno == EINVAL;
+	errno = 0;
+	ok &= p_brk(MRMGR__PATCH_BRK_PROBE) == -1 && errno == ENOMEM;
+	errno = 0;
+	ok &= p_shmat(-1, NULL, 0) == (void *)-1 && errno == EINVAL;
+	errno = 0;
+	ok &= p_shmdt(bad) == -1 && errno == EINVAL;
+	seen = __atomic_load_n(&mrmgr__patch_probe_seen, __ATOMIC_SEQ_CST);
+	if (mrmgr__patch_test_flags & MRMGR__PATCH_TEST_SELFTEST_FAILS)
+		seen = 0;
+	ok &= seen == all;
+
+	/* End to end: the event of an munmap() reaches the queue. */
+	m = ok ? p_mmap(NULL, pg, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+	       : MAP_FAILED;
+	if (m != MAP_FAILED) {
+		from = mrmgr__mon_queue_tail();
+		mrmgr__mon_filter_add((uintptr_t)m, (uintptr_t)m + pg - 1);
+		ok &= p_munmap(m, pg) == 0 &&
+		      mrmgr__mon_queue_saw(from, (uintptr_t)m, (uintptr_t)m + pg - 1);
+	} else {
+		ok = 0;
+	}
+
+	/* glibc's own internal munmap, from free(). */
+	if (ok && dlsym(RTLD_DEFAULT, "free") == (void *)sym_of(im, "free", NULL)) {
+		const size_t n = (size_t)33 << 20; /* over the mmap threshold's ceiling */
+		char *volatile c = malloc(n);
+
+		if (c) {
+			__atomic_store_n(&mrmgr__patch_probe_seen, 0, __ATOMIC_SEQ_CST);
+			from = mrmgr__mon_queue_tail();
+			mrmgr__mon_filter_add((uintptr_t)c, (uintptr_t)c + n - 1);
+			free(c);
+			seen = __atomic_load_n(&mrmgr__patch_probe_seen, __ATOMIC_SEQ_CST);
+			ok &= (seen & (1u << MRMGR__PT_MUNMAP)) &&
+			      mrmgr__mon_queue_saw(from, (uintptr_t)c, (uintptr_t)c + n - 1);
+		}
+	}
+	__atomic_store_n(&mrmgr__patch_probe_on, 0, __ATOMIC_SEQ_CST);
+	errno = saved;
+	return ok ? 0 : EPROTO;
+}
+
+/* Keep libmrmgr mapped for the life of the process: libc jumps into it. */
+static void pin_self(void)
+{
+	Dl_info di;
+
+	if (dladdr((void *)(uintptr_t)mrmgr__patch_start, &di) && di.dli_fname)
+		(void)dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
+static int install(const char **why)
+{
+	struct image im;
+	void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+	uintptr_t tramp;
+	size_t slot = mrmgr__patch_arch_tramp_size();
+	int err;
+
+	memset(&im, 0, sizeof(im));
+	*why = "libc.so.6 not found";
+	if (!libc)
+		return ENOENT;
+	im.want = (uintptr_t)dlsym(libc, "munmap");
+	dlclose(libc);
+	if (!im.want || !dl_iterate_phdr(find_image, &im) || !im.found)
+		return ENOENT;
+	err = plan(&im, why);
+	if (err)
+		return err;
+	*why = "sbrk does not call brk";
+	if (!sbrk_calls_brk(&im))
+		return ENOEXEC;
+	mrmgr__patch_curbrk = (void **)dlsym(RTLD_DEFAULT, "__curbrk");
+	*why = "__curbrk not found";
+	if (!mrmgr__patch_curbrk)
+		return ENOENT;
+	*why = "no page for the trampolines within reach";
+	tramp = tramp_page(&im);
+	if (!tramp)
+		return ENOMEM;
+	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
+		mrmgr__patch_arch_tramp((unsigned char *)tramp + (size_t)t * slot,
+					(uintptr_t)mrmgr__patch_hook_fn[t]);
+		mrmgr__patch_arch_encode(&P.site[t], tramp + (size_t)t * slot);
+	}
+	if (mprotect((void *)tramp, (size_t)page_size(), PROT_READ | PROT_EXEC)) {
+		*why = "cannot make the trampolines executable";
+		err = errno;
+		munmap((void *)tramp, (size_t)page_size());
+		return err;
+	}
+	mrmgr__patch_arch_flush(tramp, (size_t)page_size());
+	/* The trampoline page stays, even on failure: a thread may be
+	 * between a jump and its hook. */
+	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
+		err = apply(t, 0);
+		if (err) {
+			*why = err == EBUSY ? "the code changed while patching"
+					    : "cannot write libc's text";
+			undo_all();
+			return err;
+		}
+	}
+	*why = "the self-test missed a call";
+	err = selftest(&im);
+	if (err) {
+		undo_all();
+		return err;
+	}
+	pin_self();
+	return 0;
+}
+
+int mrmgr__patch_test_toggle(void)
+{
+	int err = 0;
+
+	if (P.state != SRC_ACTIVE)
+		return EINVAL;
+	for (int t = MRMGR__PT_COUNT - 1; t >= 0 && !err; t--)
+		err = apply(t, 1);
+	for (int t = 0; t < MRMGR__PT_COUNT && !err; t++)
+		err = apply(t, 0);
+	return err;
+}
+
+int mrmgr__patch_start(void)
+{
+	const char *why = NULL, *tool;
+
+	if (P.state != SRC_UNTRIED)
+		return P.state == SRC_ACTIVE ? 0 : P.err;
+	tool = tool_in_process();
+	if (tool) {
+		P.err = EOPNOTSUPP;
+		why = tool;
+	} else {
+		P.err = install(&why);
+	}
+	P.state = P.err ? SRC_FAILED : SRC_ACTIVE;
+	if (P.err)
+		mrmgr__warn("monitor: libc patching not used (%s: %s); libc is "
+			    "left as it was and other sources are used",
+			    why, strerror(P.err));
+	else
+		mrmgr__info("monitor: libc's munmap, mremap, madvise, mmap, brk, "
+			    "shmat and shmdt redirected (self-test passed)");
+	return P.err;
+}
+
+#else /* !MRMGR__PATCH_SUPPORTED */
+
+int mrmgr__patch_test_toggle(void)
+{
+	return EINVAL;
+}
+
+int mrmgr__patch_start(void)
+{
+	if (P.state == SRC_UNTRIED) {
+		P.state = SRC_FAILED;
+		P.err = ENOSYS;
+		mrmgr__warn("monitor: libc patching is not supported on this "
+			    "architecture; other sources are used");
+	}
+	return P.err;
+}
+
+#endif /* MRMGR__PATCH_SUPPORTED */

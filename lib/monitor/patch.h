@@ -1,0 +1,155 @@
+/*
+ * The patch source: libc's own entry points redirected to our hooks in
+ * the running process, so glibc's internal calls (free() of an mmap'd
+ * chunk, an arena heap trimmed or deleted, malloc's brk) reach the
+ * monitor before the kernel releases the pages, with no LD_PRELOAD and no
+ * change to the program. See doc/monitor.md, "The patch source".
+ *
+ *   patch.c         finding the bodies, the install, the self-test, the fallback
+ *   patch_hooks.c   the hooks: issue the system call, report before and after
+ *   patch_x86_64.c  recognising a prologue, encoding the jump, the atomic store
+ *   patch_aarch64.c the same for aarch64
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef MRMGR__PATCH_H
+#define MRMGR__PATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The functions redirected, in install order. */
+enum mrmgr__patch_target {
+	MRMGR__PT_MUNMAP = 0,
+	MRMGR__PT_MREMAP,
+	MRMGR__PT_MADVISE,
+	MRMGR__PT_MMAP,
+	MRMGR__PT_BRK,
+	MRMGR__PT_SHMAT,
+	MRMGR__PT_SHMDT,
+	MRMGR__PT_COUNT
+};
+
+/* ------------------------------------------------------------ source */
+
+/* Start the source (mrmgr__mon_lock held): 0, or why it is not used
+ * (then libc is as it was and one warning was logged when that is
+ * unexpected). Cheap after the first call. */
+int mrmgr__patch_start(void);
+/* enum mrmgr__src_state; *err: why not (0 when active). */
+int mrmgr__patch_state(int *err);
+/* Bit (1 << enum mrmgr__patch_target) for each function redirected now. */
+uint32_t mrmgr__patch_targets(void);
+
+/* Test hooks (unit tests set them before the first cache). */
+enum mrmgr__patch_test_flags {
+	MRMGR__PATCH_TEST_UNKNOWN_PROLOGUE = 1u << 0, /* recognise nothing */
+	MRMGR__PATCH_TEST_SELFTEST_FAILS = 1u << 1,   /* self-test sees nothing */
+	MRMGR__PATCH_TEST_IGNORE_TOOLS = 1u << 2,     /* patch under sanitizers */
+};
+extern unsigned int mrmgr__patch_test_flags;
+/* Take every patch out and put it back (tests: patching under load). */
+int mrmgr__patch_test_toggle(void);
+
+/* ------------------------------------------------------------ hooks */
+
+/* The hook for each target (patch_hooks.c). */
+extern void (*const mrmgr__patch_hook_fn[MRMGR__PT_COUNT])(void);
+/* glibc's notion of the break (its exported __curbrk). */
+extern void **mrmgr__patch_curbrk;
+/* Self-test: while probe_on, each hook sets its bit in probe_seen; brk
+ * with MRMGR__PATCH_BRK_PROBE returns ENOMEM without a system call (a
+ * real brk() could race with malloc over __curbrk). */
+extern unsigned int mrmgr__patch_probe_on, mrmgr__patch_probe_seen;
+#define MRMGR__PATCH_BRK_PROBE ((void *)1)
+
+/* ------------------------------------------------------------ arch */
+
+/*
+ * One redirected entry point. The jump replaces whole instructions at
+ * `at` (after a landing-pad instruction such as endbr64 or bti, which
+ * stays) with one aligned atomic store of the window that holds them.
+ */
+struct mrmgr__patch_site {
+	uintptr_t fn, at;       /* entry, and where the jump is written */
+	uintptr_t pad;          /* x86-64: dead bytes the short jump goes to, or 0 */
+	uintptr_t win;          /* aligned window holding the replaced bytes */
+	unsigned int win_len;   /* 4, 8 or 16 */
+	unsigned int len;       /* bytes of the window that change */
+	unsigned char old[16], new[16]; /* the window before and after */
+	unsigned char pad_old[8], pad_new[8];
+	unsigned int pad_len;
+};
+
+/*
+ * Recognise fn's prologue: the body [fn, fn + size) must issue system
+ * call nr the way glibc's wrappers do, and start with an instruction the
+ * architecture code knows how to replace. gap_* are the dead bytes
+ * around the function (between it and its neighbours in the symbol
+ * table), usable as a landing pad. 0 and *s filled (but new/pad_new not
+ * yet), or ENOEXEC.
+ */
+int mrmgr__patch_arch_plan(uintptr_t fn, size_t size, long nr,
+			   uintptr_t before_lo, uintptr_t after_hi,
+			   struct mrmgr__patch_site *s);
+/* Whether a direct branch from site s can reach address to. */
+int mrmgr__patch_arch_reaches(const struct mrmgr__patch_site *s, uintptr_t to);
+/* Bytes of one trampoline slot; write one jumping to hook at buf. */
+size_t mrmgr__patch_arch_tramp_size(void);
+void mrmgr__patch_arch_tramp(unsigned char *buf, uintptr_t hook);
+/* Fill s->new (and s->pad_new) for a jump to the trampoline at tramp. */
+void mrmgr__patch_arch_encode(struct mrmgr__patch_site *s, uintptr_t tramp);
+/* Replace the window's `from` bytes with `to` in one atomic
+ * compare-and-swap: 0, or EBUSY when the bytes are not `from` any more. */
+int mrmgr__patch_arch_swap(const struct mrmgr__patch_site *s,
+			   const unsigned char *from, const unsigned char *to);
+/* Make written instructions visible to this CPU's instruction fetch. */
+void mrmgr__patch_arch_flush(uintptr_t a, size_t n);
+/* How far (bytes) the trampoline page may be from the patched code. */
+uintptr_t mrmgr__patch_arch_reach(void);
+
+/* ------------------------------------------------------------ syscalls */
+
+/* Raw system calls: the hooks must never enter the functions they replace.
+ * Return the kernel's value (-errno on failure). */
+#if defined(__x86_64__)
+static inline long mrmgr__patch_sys(long n, long a, long b, long c, long d,
+				    long e, long f)
+{
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	long ret;
+
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8),
+			   "r"(r9)
+			 : "rcx", "r11", "memory");
+	return ret;
+}
+#define MRMGR__PATCH_SUPPORTED 1
+#elif defined(__aarch64__)
+static inline long mrmgr__patch_sys(long n, long a, long b, long c, long d,
+				    long e, long f)
+{
+	register long x8 __asm__("x8") = n;
+	register long x0 __asm__("x0") = a;
+	register long x1 __asm__("x1") = b;
+	register long x2 __asm__("x2") = c;
+	register long x3 __asm__("x3") = d;
+	register long x4 __asm__("x4") = e;
+	register long x5 __asm__("x5") = f;
+
+	__asm__ volatile("svc #0"
+			 : "+r"(x0)
+			 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+			 : "memory");
+	return x0;
+}
+#define MRMGR__PATCH_SUPPORTED 1
+#else
+#define MRMGR__PATCH_SUPPORTED 0
+#endif
+
+#endif /* MRMGR__PATCH_H */

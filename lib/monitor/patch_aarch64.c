@@ -1,0 +1,160 @@
+/*
+ * The patch source on aarch64: recognising a glibc wrapper's prologue,
+ * encoding the branch, and writing it while other threads may be running
+ * the instruction being replaced.
+ *
+ * Every instruction is 4 bytes and 4-byte aligned, so the patch is one
+ * instruction replaced by one instruction with one aligned 32-bit
+ * compare-and-swap: a fetch sees the old word or the new one, never a
+ * mix, and no other instruction changes (a `bti c` landing pad stays in
+ * front). The new instruction is a `B` to a trampoline page within
+ * ±128 MiB (`ldr x16, #8; br x16; .quad hook`; x16 is the
+ * intra-procedure-call scratch register, free at a function's entry).
+ * After the store: the data cache is cleaned and the instruction cache
+ * invalidated to the point of unification for that line
+ * (__builtin___clear_cache), and membarrier(MEMBARRIER_CMD_PRIVATE_
+ * EXPEDITED_SYNC_CORE) makes every thread of the process execute a
+ * context synchronisation event, so none keeps a stale fetch.
+ *
+ * What the architecture leaves open: it lists the instructions that may
+ * be modified while another thread executes them without explicit
+ * synchronisation (B, BL, NOP, BRK, SVC, HVC, SMC, ISB). Debian 12's
+ * glibc 2.36 starts munmap and madvise with a NOP, so replacing it with a
+ * B is within that list; mremap (STP), mmap (TST), brk (MOV), shmat
+ * (SXTW) and shmdt (MOVZ) are not. A thread fetching that exact word
+ * during the store may, per the architecture, behave as some sequence of
+ * instructions at its exception level; the window is the single store,
+ * and every other run-time patcher of libc (UCX, libfabric) has it too,
+ * with multi-instruction rewrites besides.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#if defined(__aarch64__)
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "patch.h"
+
+#define B_REACH ((uintptr_t)0x7f00000) /* ±128 MiB, a margin kept */
+
+#define INSN_BTI_C 0xd503245fu
+#define INSN_BTI_JC 0xd50324dfu
+#define INSN_SVC0 0xd4000001u
+
+uintptr_t mrmgr__patch_arch_reach(void)
+{
+	return B_REACH;
+}
+
+static uint32_t insn(uintptr_t a)
+{
+	uint32_t v;
+
+	memcpy(&v, (const void *)a, 4);
+	return v;
+}
+
+/* The body issues system call nr: `mov w8|x8, #nr` then `svc #0` soon after. */
+static int issues(uintptr_t fn, size_t size, long nr)
+{
+	uint32_t w8 = 0x52800008u | ((uint32_t)nr << 5);
+	uint32_t x8 = 0xd2800008u | ((uint32_t)nr << 5);
+
+	for (size_t i = 0; i + 4 <= size; i += 4) {
+		uint32_t v = insn(fn + i);
+
+		if (v != w8 && v != x8)
+			continue;
+		for (size_t j = i + 4; j < i + 24 && j + 4 <= size; j += 4)
+			if (insn(fn + j) == INSN_SVC0)
+				return 1;
+	}
+	return 0;
+}
+
+/* Instructions another patcher leaves at an entry point: branches and
+ * literal loads. Such a prologue is not the one we know. */
+static int foreign(uint32_t v)
+{
+	return (v & 0x7c000000u) == 0x14000000u || /* b, bl */
+	       (v & 0xfffffc1fu) == 0xd61f0000u || /* br */
+	       (v & 0xfffffc1fu) == 0xd63f0000u || /* blr */
+	       (v & 0xbf000000u) == 0x18000000u || /* ldr (literal) */
+	       v == 0xd4200000u;                 /* brk #0 */
+}
+
+int mrmgr__patch_arch_plan(uintptr_t fn, size_t size, long nr,
+			   uintptr_t before_lo, uintptr_t after_hi,
+			   struct mrmgr__patch_site *s)
+{
+	(void)before_lo;
+	(void)after_hi;
+	memset(s, 0, sizeof(*s));
+	s->fn = s->at = fn;
+	if ((fn & 3) || size < 8 || size > 4096 || !issues(fn, size, nr))
+		return ENOEXEC;
+	if (insn(fn) == INSN_BTI_C || insn(fn) == INSN_BTI_JC)
+		s->at += 4; /* the landing pad stays for indirect callers */
+	if (foreign(insn(s->at)))
+		return ENOEXEC;
+	s->win = s->at;
+	s->win_len = 4;
+	s->len = 4;
+	memcpy(s->old, (const void *)s->win, 4);
+	return 0;
+}
+
+int mrmgr__patch_arch_reaches(const struct mrmgr__patch_site *s, uintptr_t to)
+{
+	intptr_t d = (intptr_t)(to - s->at);
+
+	return d >= -(intptr_t)B_REACH && d <= (intptr_t)B_REACH;
+}
+
+size_t mrmgr__patch_arch_tramp_size(void)
+{
+	return 16;
+}
+
+void mrmgr__patch_arch_tramp(unsigned char *buf, uintptr_t hook)
+{
+	const uint32_t code[2] = {
+		0x58000050u, /* ldr x16, #8 */
+		0xd61f0200u, /* br x16 */
+	};
+
+	memcpy(buf, code, 8);
+	memcpy(buf + 8, &hook, 8);
+}
+
+void mrmgr__patch_arch_encode(struct mrmgr__patch_site *s, uintptr_t tramp)
+{
+	intptr_t d = (intptr_t)(tramp - s->at) >> 2;
+	uint32_t b = 0x14000000u | ((uint32_t)d & 0x03ffffffu);
+
+	memcpy(s->new, &b, 4);
+}
+
+int mrmgr__patch_arch_swap(const struct mrmgr__patch_site *s,
+			   const unsigned char *from, const unsigned char *to)
+{
+	uint32_t o, n;
+
+	memcpy(&o, from, 4);
+	memcpy(&n, to, 4);
+	return __atomic_compare_exchange_n((uint32_t *)s->win, &o, n, 0,
+					   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
+		       ? 0
+		       : EBUSY;
+}
+
+void mrmgr__patch_arch_flush(uintptr_t a, size_t n)
+{
+	__builtin___clear_cache((char *)a, (char *)(a + n));
+}
+
+#endif /* __aarch64__ */

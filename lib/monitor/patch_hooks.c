@@ -1,0 +1,406 @@
+/*
+ * The hooks libc's patched entry points jump to. Each one reports the
+ * range its call may release before the system call (so no thread can
+ * get the address back while the old registration is cached) and again
+ * after it (so a registration made in between is dropped too), also when
+ * the call failed: a failed madvise may have discarded part of the range
+ * already, a failed munmap may have unmapped part of it.
+ *
+ * Rules, because any thread may be inside malloc (holding an arena lock)
+ * or inside the library (holding a cache's lock) when it gets here:
+ *   - the system call is issued here, raw: never through libc, whose
+ *     entry point now jumps back here;
+ *   - no allocation, no lock, no log line; errno is set the way glibc's
+ *     wrappers set it, and only on failure;
+ *   - async-signal-safe: a signal handler may unmap.
+ *
+ * Ranges are reported in 4 KiB granules: only overlap matters.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+
+#include "monitor.h"
+#include "patch.h"
+
+#if MRMGR__PATCH_SUPPORTED
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+#ifndef SHM_REMAP
+#define SHM_REMAP 040000
+#endif
+
+void **mrmgr__patch_curbrk;
+unsigned int mrmgr__patch_probe_on, mrmgr__patch_probe_seen;
+
+#define SYS0(n) mrmgr__patch_sys((n), 0, 0, 0, 0, 0, 0)
+#define SYS2(n, a, b) mrmgr__patch_sys((n), (long)(a), (long)(b), 0, 0, 0, 0)
+#define SYS3(n, a, b, c) \
+	mrmgr__patch_sys((n), (long)(a), (long)(b), (long)(c), 0, 0, 0)
+
+/* The kernel's error range, as glibc's wrappers test it. */
+static inline int is_err(long r)
+{
+	return (unsigned long)r > -4096UL;
+}
+
+static inline long set_errno(long r)
+{
+	errno = (int)-r;
+	return -1;
+}
+
+static inline void probe(enum mrmgr__patch_target t)
+{
+	if (mrmgr__unlikely(__atomic_load_n(&mrmgr__patch_probe_on,
+					    __ATOMIC_RELAXED)))
+		__atomic_fetch_or(&mrmgr__patch_probe_seen, 1u << t,
+				  __ATOMIC_RELAXED);
+}
+
+/* [a, a + l) as inclusive 4 KiB granules; 0 when empty. */
+static inline int span(uintptr_t a, size_t l, uint64_t *s, uint64_t *e)
+{
+	uint64_t last = (uint64_t)a + (l - 1);
+
+	if (!l)
+		return 0;
+	if (last < a)
+		last = UINT64_MAX;
+	*s = (uint64_t)a & ~(uint64_t)4095;
+	*e = last | 4095;
+	return 1;
+}
+
+/* ------------------------------------------------------------ hooks */
+
+static int hook_munmap(void *a, size_t l)
+{
+	uint64_t s = 0, e = 0;
+	int rep = span((uintptr_t)a, l, &s, &e);
+	long r;
+
+	probe(MRMGR__PT_MUNMAP);
+	if (rep)
+		mrmgr__mon_change_begin(s, e);
+	r = SYS2(SYS_munmap, a, l);
+	if (rep)
+		mrmgr__mon_change_end(s, e);
+	return is_err(r) ? (int)set_errno(r) : (int)r;
+}
+
+/*
+ * Declared with a fifth parameter: glibc's mremap is variadic, and on
+ * x86-64 and aarch64 a variadic argument travels in the same register as
+ * a named one. glibc only reads it for MREMAP_FIXED or MREMAP_DONTUNMAP
+ * (0 otherwise) and refuses unknown flags itself; so does this.
+ */
+static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags,
+			 void *dest)
+{
+	uint64_t os = 0, oe = 0, ns = 0, ne = 0;
+	int rep_old = 0, rep_new = 0;
+	long r;
+
+	probe(MRMGR__PT_MREMAP);
+	if (flags & ~(MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP)) {
+		errno = EINVAL;
+		return MAP_FAILED;
+	}
+	if (!(flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)))
+		dest = NULL;
+	/* What may leave: everything when it may move, the tail when it
+	 * shrinks in place, nothing when it grows in place. */
+	if (flags & (MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP))
+		rep_old = span((uintptr_t)old, old_len, &os, &oe);
+	else if (new_len < old_len)
+		rep_old = span((uintptr_t)old + new_len, old_len - new_len,
+			       &os, &oe);
+	/* MREMAP_FIXED replaces whatever was at dest. */
+	if (flags & MREMAP_FIXED)
+		rep_new = span((uintptr_t)dest, new_len, &ns, &ne);
+	if (rep_old)
+		mrmgr__mon_change_begin(os, oe);
+	if (rep_new)
+		mrmgr__mon_change_begin(ns, ne);
+	r = mrmgr__patch_sys(SYS_mremap, (long)old, (long)old_len,
+			     (long)new_len, flags, (long)dest, 0);
+	if (rep_old)
+		mrmgr__mon_change_end(os, oe);
+	if (rep_new)
+		mrmgr__mon_change_end(ns, ne);
+	return is_err(r) ? (set_errno(r), MAP_FAILED) : (void *)r;
+}
+
+/* Advice that leaves the pages (and their contents) where they are; any
+ * other value, including ones newer than this file, is reported. */
+static int advice_keeps_pages(int adv)
+{
+	switch (adv) {
+	case 0:  /* NORMAL */
+	case 1:  /* RANDOM */
+	case 2:  /* SEQUENTIAL */
+	case 3:  /* WILLNEED */
+	case 10: /* DONTFORK */
+	case 11: /* DOFORK */
+	case 12: /* MERGEABLE (KSM never merges pinned pages) */
+	case 13: /* UNMERGEABLE */
+	case 14: /* HUGEPAGE */
+	case 15: /* NOHUGEPAGE */
+	case 16: /* DONTDUMP */
+	case 17: /* DODUMP */
+	case 18: /* WIPEONFORK (the child's copy only) */
+	case 19: /* KEEPONFORK */
+	case 20: /* COLD */
+	case 21: /* PAGEOUT (pinned pages stay) */
+	case 22: /* POPULATE_READ */
+	case 23: /* POPULATE_WRITE */
+	case 103: /* GUARD_REMOVE */
+		return 1;
+	default: /* DONTNEED, FREE, REMOVE, DONTNEED_LOCKED, HWPOISON,
+		  * SOFT_OFFLINE, GUARD_INSTALL, COLLAPSE, unknown */
+		return 0;
+	}
+}
+
+static int hook_madvise(void *a, size_t l, int adv)
+{
+	uint64_t s = 0, e = 0;
+	int rep = !advice_keeps_pages(adv) && span((uintptr_t)a, l, &s, &e);
+	long r;
+
+	probe(MRMGR__PT_MADVISE);
+	if (rep)
+		mrmgr__mon_change_begin(s, e);
+	r = SYS3(SYS_madvise, a, l, adv);
+	if (rep)
+		mrmgr__mon_change_end(s, e);
+	return is_err(r) ? (int)set_errno(r) : (int)r;
+}
+
+static void *hook_mmap(void *a, size_t l, int prot, int flags, int fd,
+		       long off)
+{
+	uint64_t s = 0, e = 0;
+	int rep = 0;
+	long r;
+
+	probe(MRMGR__PT_MMAP);
+	/* glibc refuses an offset that is not a multiple of 4 KiB itself. */
+	if (off & 4095) {
+		errno = EINVAL;
+		return MAP_FAILED;
+	}
+	/* MAP_FIXED replaces what was there; MAP_FIXED_NOREPLACE alone cannot. */
+	if (flags & MAP_FIXED)
+		rep = span((uintptr_t)a, l, &s, &e);
+	if (rep)
+		mrmgr__mon_change_begin(s, e);
+	r = mrmgr__patch_sys(SYS_mmap, (long)a, (long)l, prot, flags, fd, off);
+	if (rep)
+		mrmgr__mon_change_end(s, e);
+	return is_err(r) ? (set_errno(r), MAP_FAILED) : (void *)r;
+}
+
+/*
+ * glibc's brk(): the kernel returns the break it ended with, glibc stores
+ * it in __curbrk (sbrk() and malloc's morecore read it back) and fails
+ * with ENOMEM when that is below the request. sbrk() calls this body, so
+ * malloc's heap growth and systrim() arrive here too.
+ */
+static int hook_brk(void *a)
+{
+	uintptr_t cur, want = (uintptr_t)a;
+	uint64_t s = 0, e = 0;
+	int rep = 0;
+	long r;
+
+	probe(MRMGR__PT_BRK);
+	if (mrmgr__unlikely(a == MRMGR__PATCH_BRK_PROBE) &&
+	    __atomic_load_n(&mrmgr__patch_probe_on, __ATOMIC_RELAXED)) {
+		errno = ENOMEM;
+		return -1;
+	}
+	cur = (uintptr_t)*mrmgr__patch_curbrk;
+	if (!cur)
+		cur = (uintptr_t)SYS0(SYS_brk);
+	if (want && want < cur)
+		rep = span(want, cur - want, &s, &e);
+	if (rep)
+		mrmgr__mon_change_begin(s, e);
+	r = mrmgr__patch_sys(SYS_brk, (long)a, 0, 0, 0, 0, 0);
+	*mrmgr__patch_curbrk = (void *)r;
+	if (rep)
+		mrmgr__mon_change_end(s, e);
+	if ((uintptr_t)r < want) {
+		errno = ENOMEM;
+		return -1;
+	}
+	return 0;
+}
+
+static void *hook_shmat(int id, const void *a, int flg)
+{
+	uint64_t s = 0, e = 0;
+	int rep = 0;
+	long r;
+
+	probe(MRMGR__PT_SHMAT);
+	/* SHM_REMAP replaces what was mapped at the (rounded) address. */
+	if ((flg & SHM_REMAP) && a) {
+		struct shmid_ds ds;
+		uintptr_t at = (uintptr_t)a;
+
+		if (flg & SHM_RND) /* SHMLBA is at most 64 KiB on Linux */
+			at &= ~(uintptr_t)0xffff;
+		if (!is_err(SYS3(SYS_shmctl, id, IPC_STAT, &ds)) && ds.shm_segsz) {
+			rep = span(at, ds.shm_segsz, &s, &e);
+		} else { /* size unknown: everything from there on */
+			s = (uint64_t)at & ~(uint64_t)4095;
+			e = UINT64_MAX;
+			rep = 1;
+		}
+	}
+	if (rep)
+		mrmgr__mon_change_begin(s, e);
+	r = SYS3(SYS_shmat, id, a, flg);
+	if (rep)
+		mrmgr__mon_change_end(s, e);
+	return is_err(r) ? (set_errno(r), (void *)-1) : (void *)r;
+}
+
+/* Parse one hex number; p moves past it. */
+static uint64_t hex(const char **p, const char *end)
+{
+	uint64_t v = 0;
+
+	for (; *p < end; (*p)++) {
+		char c = **p;
+
+		if (c >= '0' && c <= '9')
+			v = v << 4 | (uint64_t)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			v = v << 4 | (uint64_t)(c - 'a' + 10);
+		else
+			break;
+	}
+	return v;
+}
+
+static uint64_t dec_field(const char *p, const char *end, int skip)
+{
+	uint64_t v = 0;
+
+	/* skip: the number of space-separated fields before the one wanted */
+	for (; p < end && skip; p++)
+		if (*p == ' ' && p + 1 < end && p[1] != ' ')
+			skip--;
+	for (; p < end && *p >= '0' && *p <= '9'; p++)
+		v = v * 10 + (uint64_t)(*p - '0');
+	return v;
+}
+
+/*
+ * The segment attached at a: the run of VMAs of one inode starting at a,
+ * read from /proc/self/maps with raw system calls into a stack buffer.
+ * 1 and [a, *last], 0 when nothing is attached there, -1 when it cannot
+ * be told.
+ */
+static int shm_extent(uintptr_t a, uint64_t *last)
+{
+	char buf[2048];
+	size_t have = 0;
+	uint64_t end = 0, inode = 0;
+	int found = 0, ret = -1;
+	long fd = mrmgr__patch_sys(SYS_openat, AT_FDCWD, (long)"/proc/self/maps",
+				   O_RDONLY | O_CLOEXEC, 0, 0, 0);
+
+	if (is_err(fd))
+		return -1;
+	for (;;) {
+		long n = SYS3(SYS_read, fd, buf + have, sizeof(buf) - have);
+		const char *line = buf, *nl, *stop;
+
+		if (is_err(n) || n == 0) {
+			ret = is_err(n) ? -1 : found;
+			break;
+		}
+		have += (size_t)n;
+		stop = buf + have;
+		for (;;) {
+			const char *p = line;
+			uint64_t s, e, ino;
+
+			for (nl = line; nl < stop && *nl != '\n'; nl++)
+				;
+			if (nl == stop)
+				break;
+			s = hex(&p, nl);
+			p++;
+			e = hex(&p, nl);
+			/* perms offset dev inode: the inode is 4 fields on */
+			ino = dec_field(p, nl, 4);
+			if (!found && s == a) {
+				found = 1;
+				end = e;
+				inode = ino;
+			} else if (found && (s != end || ino != inode)) {
+				ret = 1;
+				goto out;
+			} else if (found) {
+				end = e;
+			}
+			line = nl + 1;
+		}
+		have = (size_t)(stop - line);
+		for (size_t i = 0; i < have; i++)
+			buf[i] = line[i];
+		if (have == sizeof(buf))
+			have = 0; /* an absurdly long line: drop it */
+	}
+out:
+	SYS2(SYS_close, fd, 0);
+	if (found)
+		*last = end - 1;
+	return ret;
+}
+
+static int hook_shmdt(const void *a)
+{
+	uint64_t s = (uint64_t)(uintptr_t)a & ~(uint64_t)4095, e = UINT64_MAX;
+	int k;
+	long r;
+
+	probe(MRMGR__PT_SHMDT);
+	k = shm_extent((uintptr_t)a, &e);
+	if (k) /* -1: cannot tell, report everything from a on */
+		mrmgr__mon_change_begin(s, e);
+	r = SYS2(SYS_shmdt, a, 0);
+	if (k)
+		mrmgr__mon_change_end(s, e);
+	return is_err(r) ? (int)set_errno(r) : (int)r;
+}
+
+void (*const mrmgr__patch_hook_fn[MRMGR__PT_COUNT])(void) = {
+	[MRMGR__PT_MUNMAP] = (void (*)(void))hook_munmap,
+	[MRMGR__PT_MREMAP] = (void (*)(void))hook_mremap,
+	[MRMGR__PT_MADVISE] = (void (*)(void))hook_madvise,
+	[MRMGR__PT_MMAP] = (void (*)(void))hook_mmap,
+	[MRMGR__PT_BRK] = (void (*)(void))hook_brk,
+	[MRMGR__PT_SHMAT] = (void (*)(void))hook_shmat,
+	[MRMGR__PT_SHMDT] = (void (*)(void))hook_shmdt,
+};
+
+#endif /* MRMGR__PATCH_SUPPORTED */
