@@ -223,8 +223,10 @@ struct mrmgr_cache_attr {
 /**
  * Create a registration cache for a protection domain.
  *
- * The PD may come from libibverbs (ibv_alloc_pd()) or from the simulated
- * HCA (mrmgr_sim_alloc_pd()); the cache picks the matching backend.
+ * The PD may come from libibverbs (ibv_alloc_pd()) or from a device
+ * provider registered with mrmgr_device_register() (mrmgr/device.h; the
+ * simulated HCA of libmrmgr-sim is one); the cache uses the provider that
+ * claims the PD's context, libibverbs when none does.
  *
  * @param pd     protection domain every region is registered in.
  * @param attr   attributes, or NULL for the defaults.
@@ -405,7 +407,7 @@ struct mrmgr_monitor_info {
 	int32_t uffd_error;       /**< process: why userfaultfd is not running (errno), 0 when it is or was not tried */
 	int32_t hooks_error;      /**< process: why the hooks are not used (errno; ENOENT: not loaded), 0 when they are */
 	uint32_t uffd_flags;      /**< process: enum mrmgr_monitor_uffd_flags */
-	int32_t fork_status;      /**< ibv_is_fork_initialized() for this cache (-1: simulated HCA) */
+	int32_t fork_status;      /**< ibv_is_fork_initialized() for this cache (-1: a device that pins with plain references, ::MRMGR_DEVICE_CAP_PLAIN_PINS, such as the simulated HCA) */
 	uint64_t uffd_features;   /**< process: UFFD_FEATURE_* bits negotiated */
 	uint64_t uffd_events;     /**< process: unmap/remove/remap events read from the kernel */
 	uint64_t notify_events;   /**< process: mrmgr_notify_unmap() calls that reached the queue */
@@ -1129,14 +1131,16 @@ typedef struct mrmgr_import mrmgr_import_t;
 
 /**
  * Open an importer on an exporting device's command descriptor
- * (received with @c SCM_RIGHTS): ibv_import_device(), or
- * mrmgr_sim_import_device() for a simulated device's. The importer owns
+ * (received with @c SCM_RIGHTS): the descriptor is offered to the device
+ * providers (mrmgr/device.h), each of which claims its own kind (libibverbs:
+ * a uverbs character device), and the claimant imports it. The importer owns
  * @p cmd_fd on success; on failure it stays the caller's. An importer's
  * calls may run concurrently from any thread; an import, like a region,
  * must not be used after its release.
  *
- * @return 0; @c EINVAL (NULL, a descriptor of neither kind);
- *         @c EOPNOTSUPP when the device cannot import (rxe, siw);
+ * @return 0; @c EINVAL (NULL, a closed descriptor);
+ *         @c EOPNOTSUPP when no provider claims the descriptor, or the
+ *         device cannot import (rxe, siw);
  *         @c ENOMEM; the device's errno.
  */
 MRMGR_EXPORT int mrmgr_importer_open(int cmd_fd, mrmgr_importer_t **importer);
