@@ -283,16 +283,6 @@ MRMGR_EXPORT struct ibv_pd *mrmgr_import_pd(const mrmgr_import_t *imp)
 	return imp ? imp->pd : NULL;
 }
 
-MRMGR_EXPORT uint32_t mrmgr_import_lkey(const mrmgr_import_t *imp)
-{
-	return imp ? imp->mr->lkey : 0;
-}
-
-MRMGR_EXPORT uint32_t mrmgr_import_rkey(const mrmgr_import_t *imp)
-{
-	return imp ? imp->mr->rkey : 0;
-}
-
 MRMGR_EXPORT uint64_t mrmgr_import_addr(const mrmgr_import_t *imp)
 {
 	return imp ? imp->desc.addr : 0;

@@ -302,16 +302,6 @@ MRMGR_EXPORT struct ibv_mr *mrmgr_alias_mr(const mrmgr_alias_t *al)
 	return al ? al->mr : NULL;
 }
 
-MRMGR_EXPORT uint32_t mrmgr_alias_lkey(const mrmgr_alias_t *al)
-{
-	return al && al->mr ? al->mr->lkey : 0;
-}
-
-MRMGR_EXPORT uint32_t mrmgr_alias_rkey(const mrmgr_alias_t *al)
-{
-	return al && al->mr ? al->mr->rkey : 0;
-}
-
 MRMGR_EXPORT int mrmgr_alias_revoked(const mrmgr_alias_t *al)
 {
 	return al ? __atomic_load_n(&al->revoked, __ATOMIC_ACQUIRE) : 0;

@@ -317,19 +317,3 @@ MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr_pd(const mrmgr_region_t *region,
 	i = mrmgr__multi_pd_index(region->cache, pd);
 	return i < 0 ? NULL : mrmgr__multi_mr(region, (size_t)i);
 }
-
-MRMGR_EXPORT uint32_t mrmgr_region_lkey_pd(const mrmgr_region_t *region,
-					   const struct ibv_pd *pd)
-{
-	struct ibv_mr *mr = mrmgr_region_mr_pd(region, pd);
-
-	return mr ? mr->lkey : 0;
-}
-
-MRMGR_EXPORT uint32_t mrmgr_region_rkey_pd(const mrmgr_region_t *region,
-					   const struct ibv_pd *pd)
-{
-	struct ibv_mr *mr = mrmgr_region_mr_pd(region, pd);
-
-	return mr ? mr->rkey : 0;
-}
