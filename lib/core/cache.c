@@ -503,8 +503,8 @@ static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
 static int do_reg(struct mrmgr_cache *c, uint64_t start, uint64_t len,
 		  unsigned int access, struct ibv_mr **mr)
 {
-	int ret = mrmgr__dev_reg_mr(c->ops, c->pd, (void *)(uintptr_t)start, len,
-				(int)(access | c->odp.reg_access), mr);
+	int ret = mrmgr__dev_reg_mr(c->ops, c->pd, (void *)(uintptr_t)start,
+				    len, (int)(access | c->odp.reg_access), mr);
 
 	if (!ret) {
 		c->st.registrations++;

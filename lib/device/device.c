@@ -75,6 +75,7 @@ static const char *malformed(const struct mrmgr_device_ops *ops)
 
 MRMGR_EXPORT int mrmgr_device_register(const struct mrmgr_device_ops *ops)
 {
+	struct mrmgr_device_ops copy;
 	const char *why;
 	struct provider *p;
 
@@ -87,11 +88,23 @@ MRMGR_EXPORT int mrmgr_device_register(const struct mrmgr_device_ops *ops)
 		mrmgr__err("mrmgr_device_register: %s", why);
 		return EINVAL;
 	}
+	memset(&copy, 0, sizeof(copy));
+	memcpy(&copy, ops, ops->size < sizeof(copy) ? ops->size : sizeof(copy));
+	copy.size = sizeof(copy);
 	pthread_mutex_lock(&reg_lock);
 	for (unsigned int i = 0; i < nproviders; i++) {
-		if (providers[i].user == ops && providers[i].active) {
+		if (providers[i].user != ops)
+			continue;
+		if (providers[i].active) {
 			pthread_mutex_unlock(&reg_lock);
 			return EEXIST;
+		}
+		/* Registered again, unchanged: the same slot, so what was
+		 * learnt about its devices still holds. */
+		if (!memcmp(&providers[i].ops, &copy, sizeof(copy))) {
+			providers[i].active = 1;
+			pthread_mutex_unlock(&reg_lock);
+			return 0;
 		}
 	}
 	if (nproviders == MAX_PROVIDERS) {
@@ -101,12 +114,8 @@ MRMGR_EXPORT int mrmgr_device_register(const struct mrmgr_device_ops *ops)
 		return ENOSPC;
 	}
 	p = &providers[nproviders];
-	memset(&p->ops, 0, sizeof(p->ops));
-	memcpy(&p->ops, ops, ops->size < sizeof(p->ops) ? ops->size
-							: sizeof(p->ops));
-	p->ops.size = sizeof(p->ops);
+	p->ops = copy;
 	p->user = ops;
-	/* Published last: mrmgr__dev_for() reads under the same lock. */
 	p->active = 1;
 	nproviders++;
 	pthread_mutex_unlock(&reg_lock);

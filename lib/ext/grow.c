@@ -125,7 +125,8 @@ static int probe(struct mrmgr_cache *c)
 	if (p == MAP_FAILED)
 		return MRMGR__REREG_UNKNOWN;
 	*(volatile char *)p = 0;
-	if (mrmgr__dev_reg_mr(c->ops, c->pd, p, page, IBV_ACCESS_LOCAL_WRITE, &mr)) {
+	if (mrmgr__dev_reg_mr(c->ops, c->pd, p, page, IBV_ACCESS_LOCAL_WRITE,
+			      &mr)) {
 		munmap(p, page);
 		return MRMGR__REREG_UNKNOWN;
 	}

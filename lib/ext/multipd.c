@@ -114,12 +114,13 @@ static int add_pd_mr(struct mrmgr_cache *c, struct mrmgr_region *r, int i)
 	 * anyway (the region is held: there is nothing to hand out
 	 * uncached instead) and the device has the last word. */
 	(void)mrmgr__cache_make_room(c, 1, len);
-	ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start, len, (int)r->access, &mr);
+	ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start, len,
+				(int)r->access, &mr);
 	if (ret == ENOMEM || ret == EAGAIN) {
 		c->st.evict_retries++;
 		mrmgr__cache_evict_all_idle(c);
-		ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start, len,
-				    (int)r->access, &mr);
+		ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start,
+					len, (int)r->access, &mr);
 	}
 	mrmgr__dbg("reg [%#llx, +%llu) access %#x in PD %d: %s",
 		   (unsigned long long)start, (unsigned long long)len,

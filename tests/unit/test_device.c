@@ -188,6 +188,12 @@ Test(device, cannot_is_learnt_once_per_device)
 	cr_assert_eq(mrmgr_cache_destroy(b), 0);
 	cr_assert_eq(mrmgr_cache_destroy(a), 0);
 	cr_assert_eq(toy.regs, toy.deregs, "the probe's MR went too");
+	/* Unregistered and registered again, unchanged: still known. */
+	cr_assert_eq(mrmgr_device_unregister(&toy_ops), 0);
+	cr_assert_eq(mrmgr_device_register(&toy_ops), 0);
+	cr_assert_eq(mrmgr_cache_create(&toy_pd, NULL, &a), 0);
+	cr_assert_eq(toy.reregs, 1, "what was learnt survived re-registration");
+	cr_assert_eq(mrmgr_cache_destroy(a), 0);
 }
 
 Test(device, enosys_reads_as_cannot)
@@ -246,6 +252,15 @@ Test(device, registration_checks_the_table)
 	cr_assert_eq(mrmgr_device_unregister(&big.ops), 0);
 	cr_assert_eq(mrmgr_device_unregister(&big.ops), ENOENT);
 	cr_assert_eq(mrmgr_device_unregister(NULL), EINVAL);
+	/* Room for a few providers, then ENOSPC (a bounded table). */
+	static struct mrmgr_device_ops many[8];
+	int ret = 0, n;
+
+	for (n = 0; n < 8 && !ret; n++) {
+		many[n] = toy_ops;
+		ret = mrmgr_device_register(&many[n]);
+	}
+	cr_assert_eq(ret, ENOSPC, "after %d more", n);
 }
 
 /* Importer: a descriptor goes only to the provider that claims it. */
