@@ -4,10 +4,11 @@
  * import is one imported MR (ibv_import_mr()) with the PD it lives in
  * (ibv_import_pd(), shared by the importer's imports of that PD).
  *
- * Which verbs: the descriptor tells. A real device's command descriptor
- * is the uverbs character device; a simulated device's is a memfd
- * (sim/sim_share.c), imported with the sim's calls. Nothing else needs
- * the distinction.
+ * Which verbs: the descriptor is offered to the device providers
+ * (lib/device): each claims its own kind (verbs: a uverbs character
+ * device; a provider such as libmrmgr-sim: its own descriptors, checked)
+ * and the claimant's import hooks serve the importer. A descriptor
+ * nobody claims is refused with EOPNOTSUPP, never guessed at.
  *
  * Imports are not in a cache: they cost no registration (the owner's MR
  * is shared), and their lifetime is the owner's, not the importer's.
@@ -31,93 +32,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <mrmgr/sim.h>
-
+#include "device.h"
 #include "log.h"
 #include "share.h"
-
-/* The import verbs of one backend. */
-struct import_ops {
-	const char *name;
-	int (*import_device)(int fd, struct ibv_context **ctx);
-	int (*close_device)(struct ibv_context *ctx);
-	int (*import_pd)(struct ibv_context *ctx, uint32_t handle,
-			 struct ibv_pd **pd);
-	void (*unimport_pd)(struct ibv_pd *pd);
-	int (*import_mr)(struct ibv_pd *pd, uint32_t handle, struct ibv_mr **mr);
-	void (*unimport_mr)(struct ibv_mr *mr);
-};
-
-static int unsupported(int err)
-{
-	return err == EOPNOTSUPP || err == ENOTSUP || err == ENOSYS;
-}
-
-static int verbs_import_device(int fd, struct ibv_context **ctx)
-{
-	errno = 0;
-	*ctx = ibv_import_device(fd);
-	if (*ctx)
-		return 0;
-	return unsupported(errno) ? EOPNOTSUPP : errno ? errno : EIO;
-}
-
-static int verbs_close_device(struct ibv_context *ctx)
-{
-	int ret = ibv_close_device(ctx);
-
-	return ret < 0 ? (errno ? errno : EIO) : ret;
-}
-
-static int verbs_import_pd(struct ibv_context *ctx, uint32_t handle,
-			   struct ibv_pd **pd)
-{
-	errno = 0;
-	*pd = ibv_import_pd(ctx, handle);
-	if (*pd)
-		return 0;
-	return unsupported(errno) ? EOPNOTSUPP : errno ? errno : EIO;
-}
-
-static int verbs_import_mr(struct ibv_pd *pd, uint32_t handle,
-			   struct ibv_mr **mr)
-{
-	errno = 0;
-	*mr = ibv_import_mr(pd, handle);
-	if (*mr)
-		return 0;
-	return unsupported(errno) ? EOPNOTSUPP : errno ? errno : EIO;
-}
-
-static const struct import_ops verbs_ops = {
-	.name = "verbs",
-	.import_device = verbs_import_device,
-	.close_device = verbs_close_device,
-	.import_pd = verbs_import_pd,
-	.unimport_pd = ibv_unimport_pd,
-	.import_mr = verbs_import_mr,
-	.unimport_mr = ibv_unimport_mr,
-};
-
-static void sim_unimport_pd(struct ibv_pd *pd)
-{
-	(void)mrmgr_sim_unimport_pd(pd);
-}
-
-static void sim_unimport_mr(struct ibv_mr *mr)
-{
-	(void)mrmgr_sim_unimport_mr(mr);
-}
-
-static const struct import_ops sim_ops = {
-	.name = "sim",
-	.import_device = mrmgr_sim_import_device,
-	.close_device = mrmgr_sim_close,
-	.import_pd = mrmgr_sim_import_pd,
-	.unimport_pd = sim_unimport_pd,
-	.import_mr = mrmgr_sim_import_mr,
-	.unimport_mr = sim_unimport_mr,
-};
 
 struct ipd {
 	uint32_t handle;
@@ -126,7 +43,7 @@ struct ipd {
 };
 
 struct mrmgr_importer {
-	const struct import_ops *ops;
+	const struct mrmgr_device_ops *ops;
 	struct ibv_context *ctx;
 	pthread_mutex_t lock;
 	struct ipd *pds;
@@ -144,6 +61,7 @@ struct mrmgr_import {
 
 MRMGR_EXPORT int mrmgr_importer_open(int cmd_fd, mrmgr_importer_t **out)
 {
+	const struct mrmgr_device_ops *ops;
 	struct mrmgr_importer *imp;
 	struct stat st;
 	int ret;
@@ -158,19 +76,24 @@ MRMGR_EXPORT int mrmgr_importer_open(int cmd_fd, mrmgr_importer_t **out)
 		mrmgr__err("mrmgr_importer_open: fd %d: %s", cmd_fd, strerror(ret));
 		return ret == EBADF ? EINVAL : ret;
 	}
+	ops = mrmgr__dev_claim_fd(cmd_fd);
+	if (!ops) {
+		mrmgr__err("mrmgr_importer_open: fd %d is no device provider's "
+			   "command descriptor", cmd_fd);
+		return EOPNOTSUPP;
+	}
 	imp = calloc(1, sizeof(*imp));
 	if (!imp)
 		return ENOMEM;
-	/* uverbs is a character device; the simulated HCA's is a memfd. */
-	imp->ops = S_ISCHR(st.st_mode) ? &verbs_ops : &sim_ops;
-	ret = imp->ops->import_device(cmd_fd, &imp->ctx);
+	imp->ops = ops;
+	ret = mrmgr__dev_errno(ops->import_device(cmd_fd, &imp->ctx));
 	if (ret) {
 		free(imp);
 		if (ret == EOPNOTSUPP)
 			mrmgr__err("mrmgr_importer_open: the device cannot "
 				   "import (%s backend: ibv_import_device: "
 				   "EOPNOTSUPP); rxe and siw have no import",
-				   S_ISCHR(st.st_mode) ? "verbs" : "sim");
+				   ops->name);
 		else
 			mrmgr__err("mrmgr_importer_open: importing the device: "
 				   "%s", strerror(ret));
@@ -203,7 +126,7 @@ MRMGR_EXPORT int mrmgr_importer_close(mrmgr_importer_t *imp)
 		return EBUSY;
 	}
 	pthread_mutex_unlock(&imp->lock);
-	ret = imp->ops->close_device(imp->ctx);
+	ret = mrmgr__dev_errno(imp->ops->close_device(imp->ctx));
 	if (ret)
 		mrmgr__err("mrmgr_importer_close: closing the device: %s",
 			   strerror(ret));
@@ -238,7 +161,7 @@ static int get_pd(struct mrmgr_importer *imp, uint32_t handle,
 		if (pass)
 			break;
 		pthread_mutex_unlock(&imp->lock);
-		ret = imp->ops->import_pd(imp->ctx, handle, &p);
+		ret = mrmgr__dev_errno(imp->ops->import_pd(imp->ctx, handle, &p));
 		pthread_mutex_lock(&imp->lock);
 		if (ret)
 			return ret;
@@ -265,7 +188,7 @@ static void put_pd(struct mrmgr_importer *imp, struct ibv_pd *pd)
 		if (imp->pds[i].pd != pd)
 			continue;
 		if (--imp->pds[i].refs == 0) {
-			imp->ops->unimport_pd(pd);
+			(void)imp->ops->unimport_pd(pd);
 			imp->pds[i] = imp->pds[--imp->npds];
 		}
 		return;
@@ -311,7 +234,8 @@ MRMGR_EXPORT int mrmgr_import(mrmgr_importer_t *importer,
 	pthread_mutex_unlock(&importer->lock);
 	/* No lock while the backend imports: it may wait on the owner. */
 	if (!ret) {
-		ret = importer->ops->import_mr(pd, desc->mr_handle, &mr);
+		ret = mrmgr__dev_errno(importer->ops->import_mr(pd, desc->mr_handle,
+								   &mr));
 		if (!ret && (mr->lkey != desc->lkey || mr->rkey != desc->rkey ||
 			     (mr->length && mr->length != desc->length))) {
 			/* The handle was reused: not the MR exported. */
@@ -319,7 +243,7 @@ MRMGR_EXPORT int mrmgr_import(mrmgr_importer_t *importer,
 				   "the descriptor says %#x/%#x: stale",
 				   desc->mr_handle, mr->lkey, mr->rkey,
 				   desc->lkey, desc->rkey);
-			importer->ops->unimport_mr(mr);
+			(void)importer->ops->unimport_mr(mr);
 			ret = ESTALE;
 		}
 	}
@@ -361,7 +285,7 @@ MRMGR_EXPORT int mrmgr_import_release(mrmgr_import_t *imp)
 	}
 	importer = imp->importer;
 	pthread_mutex_lock(&importer->lock);
-	importer->ops->unimport_mr(imp->mr);
+	(void)importer->ops->unimport_mr(imp->mr);
 	put_pd(importer, imp->pd);
 	importer->nimports--;
 	pthread_mutex_unlock(&importer->lock);
@@ -377,16 +301,6 @@ MRMGR_EXPORT struct ibv_mr *mrmgr_import_mr(const mrmgr_import_t *imp)
 MRMGR_EXPORT struct ibv_pd *mrmgr_import_pd(const mrmgr_import_t *imp)
 {
 	return imp ? imp->pd : NULL;
-}
-
-MRMGR_EXPORT uint32_t mrmgr_import_lkey(const mrmgr_import_t *imp)
-{
-	return imp ? imp->mr->lkey : 0;
-}
-
-MRMGR_EXPORT uint32_t mrmgr_import_rkey(const mrmgr_import_t *imp)
-{
-	return imp ? imp->mr->rkey : 0;
 }
 
 MRMGR_EXPORT uint64_t mrmgr_import_addr(const mrmgr_import_t *imp)

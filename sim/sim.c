@@ -1,6 +1,7 @@
 /*
  * The simulated HCA: devices, protection domains, the registry of open
- * devices, fault injection, statistics and the backend seam.
+ * devices, fault injection and statistics. The sim plugs into libmrmgr
+ * through the public device seam (sim_device.c), like any provider.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -13,7 +14,6 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "backend.h"
 #include "compiler.h"
 #include "log.h"
 #include "sim/sim_internal.h"
@@ -239,6 +239,7 @@ int mrmgr__sim_open(const struct mrmgr_sim_attr *attr, int table,
 	ret = check_attr(a);
 	if (ret)
 		return ret;
+	mrmgr__sim_device_register();
 
 	sctx = calloc(1, sizeof(*sctx));
 	if (!sctx)
@@ -522,56 +523,3 @@ MRMGR_EXPORT int mrmgr_sim_query_stats(struct ibv_context *ctx,
 	memcpy(stats, &copy, size < sizeof(copy) ? size : sizeof(copy));
 	return 0;
 }
-
-/* ------------------------------------------------------------- backend */
-
-static int sim_query_device(struct ibv_context *ctx,
-			    struct mrmgr__dev_caps *caps)
-{
-	struct mrmgr__sim_ctx *sctx = mrmgr__sim_ctx_get(ctx);
-
-	if (!sctx || !caps)
-		return EINVAL;
-	memset(caps, 0, sizeof(*caps));
-	snprintf(caps->name, sizeof(caps->name), "%s", sctx->ibdev.name);
-	caps->max_mr_size = sctx->max_mr_size;
-	caps->max_mr = sctx->max_mr;
-	caps->max_sge = sctx->pers->max_sge;
-	caps->page_size_cap = sctx->pers->page_size_cap;
-	caps->odp_general = sctx->pers->odp_general;
-	if (sctx->flags & MRMGR_SIM_FLAG_NO_IMPLICIT_ODP)
-		caps->odp_general &= ~(uint64_t)IBV_ODP_SUPPORT_IMPLICIT;
-	caps->odp_rc = sctx->pers->odp_rc;
-	caps->odp_uc = sctx->pers->odp_uc;
-	caps->odp_ud = sctx->pers->odp_ud;
-	caps->odp_xrc = sctx->pers->odp_xrc;
-	return 0;
-}
-
-static int sim_backend_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
-			      int access, struct ibv_mr **mr)
-{
-	return mrmgr_sim_reg_mr(pd, addr, length, (unsigned int)access, mr);
-}
-
-static int sim_backend_dereg_mr(struct ibv_mr *mr)
-{
-	return mrmgr_sim_dereg_mr(mr);
-}
-
-static int sim_backend_advise_mr(struct ibv_pd *pd,
-				 enum ibv_advise_mr_advice advice,
-				 uint32_t flags, struct ibv_sge *sg_list,
-				 uint32_t num_sge)
-{
-	return mrmgr_sim_advise_mr(pd, advice, flags, sg_list, num_sge);
-}
-
-const struct mrmgr__backend mrmgr__backend_sim = {
-	.name = "sim",
-	.query_device = sim_query_device,
-	.reg_mr = sim_backend_reg_mr,
-	.dereg_mr = sim_backend_dereg_mr,
-	.rereg_mr = mrmgr__sim_backend_rereg,
-	.advise_mr = sim_backend_advise_mr,
-};

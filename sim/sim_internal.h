@@ -21,6 +21,7 @@
 #include <sys/types.h>
 #include <infiniband/verbs.h>
 
+#include <mrmgr/device.h>
 #include <mrmgr/sim.h>
 
 #ifndef MADV_POPULATE_READ /* Linux 5.14; older libc headers lack them */
@@ -225,7 +226,15 @@ struct mrmgr__sim_mr *mrmgr__sim_mr_live(struct mrmgr__sim_ctx *sctx,
 /* Give m new keys (a new slot), freeing the old. Lock held. */
 int mrmgr__sim_keys_renew(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m);
 
-/* sim_rereg.c: the backend seam's rereg_mr. */
+/* sim_device.c: the sim's table for libmrmgr's device seam, registered
+ * once (from a constructor, and again, harmlessly, at every open). */
+extern const struct mrmgr_device_ops mrmgr__sim_device_ops;
+void mrmgr__sim_device_register(void);
+/* sim.c: whether ctx is an open simulated device (the seam's
+ * owns_context). */
+int mrmgr__sim_is_context(const struct ibv_context *ctx);
+
+/* sim_rereg.c: the device seam's rereg_mr. */
 int mrmgr__sim_backend_rereg(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 			     void *addr, size_t length, int access, int *err);
 

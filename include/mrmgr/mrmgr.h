@@ -321,8 +321,10 @@ struct mrmgr_cache_attr {
 /**
  * Create a registration cache for a protection domain.
  *
- * The PD may come from libibverbs (ibv_alloc_pd()) or from the simulated
- * HCA (mrmgr_sim_alloc_pd()); the cache picks the matching backend.
+ * The PD may come from libibverbs (ibv_alloc_pd()) or from a device
+ * provider registered with mrmgr_device_register() (mrmgr/device.h; the
+ * simulated HCA of libmrmgr-sim is one); the cache uses the provider that
+ * claims the PD's context, libibverbs when none does.
  *
  * @param pd     protection domain every region is registered in.
  * @param attr   attributes, or NULL for the defaults.
@@ -504,7 +506,7 @@ struct mrmgr_monitor_info {
 	int32_t uffd_error;       /**< process: why userfaultfd is not running (errno), 0 when it is or was not tried */
 	int32_t hooks_error;      /**< process: why the hooks are not used (errno; ENOENT: not loaded), 0 when they are */
 	uint32_t uffd_flags;      /**< process: enum mrmgr_monitor_uffd_flags */
-	int32_t fork_status;      /**< ibv_is_fork_initialized() for this cache (-1: simulated HCA) */
+	int32_t fork_status;      /**< ibv_is_fork_initialized() for this cache (-1: a device that pins with plain references, ::MRMGR_DEVICE_CAP_PLAIN_PINS, such as the simulated HCA) */
 	uint64_t uffd_features;   /**< process: UFFD_FEATURE_* bits negotiated */
 	uint64_t uffd_events;     /**< process: unmap/remove/remap events read from the kernel */
 	uint64_t notify_events;   /**< process: mrmgr_notify_unmap() calls that reached the queue */
@@ -586,10 +588,25 @@ MRMGR_EXPORT int mrmgr_cache_query_config(mrmgr_cache_t *cache,
 
 /** The registered MR of a region; valid until the matching mrmgr_put(). */
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr(const mrmgr_region_t *region);
-/** The region's local key. */
-MRMGR_EXPORT uint32_t mrmgr_region_lkey(const mrmgr_region_t *region);
-/** The region's remote key. */
-MRMGR_EXPORT uint32_t mrmgr_region_rkey(const mrmgr_region_t *region);
+/*
+ * The key accessors below are mr->lkey / mr->rkey of the MR accessor, 0
+ * without an MR: inline, so they cost no exported symbol and no more than
+ * the one call they make.
+ */
+/** The region's local key (0 for a NULL region). */
+static inline uint32_t mrmgr_region_lkey(const mrmgr_region_t *region)
+{
+	struct ibv_mr *mr = mrmgr_region_mr(region);
+
+	return mr ? mr->lkey : 0;
+}
+/** The region's remote key (0 for a NULL region). */
+static inline uint32_t mrmgr_region_rkey(const mrmgr_region_t *region)
+{
+	struct ibv_mr *mr = mrmgr_region_mr(region);
+
+	return mr ? mr->rkey : 0;
+}
 /** Start of the registered range (page-aligned; may start before the request). */
 MRMGR_EXPORT void *mrmgr_region_addr(const mrmgr_region_t *region);
 /** Length of the registered range (may exceed the request). */
@@ -743,9 +760,19 @@ MRMGR_EXPORT size_t mrmgr_buf_capacity(const mrmgr_buf_t *buf);
 /** The buffer's MR (covering the whole capacity), or NULL without one. */
 MRMGR_EXPORT struct ibv_mr *mrmgr_buf_mr(const mrmgr_buf_t *buf);
 /** The buffer's local key, or 0 without a registration. */
-MRMGR_EXPORT uint32_t mrmgr_buf_lkey(const mrmgr_buf_t *buf);
+static inline uint32_t mrmgr_buf_lkey(const mrmgr_buf_t *buf)
+{
+	struct ibv_mr *mr = mrmgr_buf_mr(buf);
+
+	return mr ? mr->lkey : 0;
+}
 /** The buffer's remote key, or 0 without a registration. */
-MRMGR_EXPORT uint32_t mrmgr_buf_rkey(const mrmgr_buf_t *buf);
+static inline uint32_t mrmgr_buf_rkey(const mrmgr_buf_t *buf)
+{
+	struct ibv_mr *mr = mrmgr_buf_mr(buf);
+
+	return mr ? mr->rkey : 0;
+}
 /**
  * A number that changes whenever the buffer's registration (and so
  * possibly its keys or address) changes.
@@ -1129,11 +1156,21 @@ MRMGR_EXPORT int mrmgr_get_pd(mrmgr_cache_t *cache, struct ibv_pd *pd,
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr_pd(const mrmgr_region_t *region,
 					       const struct ibv_pd *pd);
 /** The region's local key in @p pd (0 without an MR there). */
-MRMGR_EXPORT uint32_t mrmgr_region_lkey_pd(const mrmgr_region_t *region,
-					   const struct ibv_pd *pd);
+static inline uint32_t mrmgr_region_lkey_pd(const mrmgr_region_t *region,
+					    const struct ibv_pd *pd)
+{
+	struct ibv_mr *mr = mrmgr_region_mr_pd(region, pd);
+
+	return mr ? mr->lkey : 0;
+}
 /** The region's remote key in @p pd (0 without an MR there). */
-MRMGR_EXPORT uint32_t mrmgr_region_rkey_pd(const mrmgr_region_t *region,
-					   const struct ibv_pd *pd);
+static inline uint32_t mrmgr_region_rkey_pd(const mrmgr_region_t *region,
+					    const struct ibv_pd *pd)
+{
+	struct ibv_mr *mr = mrmgr_region_mr_pd(region, pd);
+
+	return mr ? mr->rkey : 0;
+}
 
 /** Kinds of share-set members (mrmgr_share_info::kind). */
 enum mrmgr_share_kind {
@@ -1241,9 +1278,19 @@ MRMGR_EXPORT void *mrmgr_alias_addr(const mrmgr_alias_t *alias);
 /** The alias's MR (NULL after a forced cache destruction). */
 MRMGR_EXPORT struct ibv_mr *mrmgr_alias_mr(const mrmgr_alias_t *alias);
 /** The alias's local key (0 without an MR). */
-MRMGR_EXPORT uint32_t mrmgr_alias_lkey(const mrmgr_alias_t *alias);
+static inline uint32_t mrmgr_alias_lkey(const mrmgr_alias_t *alias)
+{
+	struct ibv_mr *mr = mrmgr_alias_mr(alias);
+
+	return mr ? mr->lkey : 0;
+}
 /** The alias's remote key (0 without an MR). */
-MRMGR_EXPORT uint32_t mrmgr_alias_rkey(const mrmgr_alias_t *alias);
+static inline uint32_t mrmgr_alias_rkey(const mrmgr_alias_t *alias)
+{
+	struct ibv_mr *mr = mrmgr_alias_mr(alias);
+
+	return mr ? mr->rkey : 0;
+}
 /** Whether the region was invalidated (or the alias forced). @return 1 or 0. */
 MRMGR_EXPORT int mrmgr_alias_revoked(const mrmgr_alias_t *alias);
 
@@ -1331,14 +1378,16 @@ typedef struct mrmgr_import mrmgr_import_t;
 
 /**
  * Open an importer on an exporting device's command descriptor
- * (received with @c SCM_RIGHTS): ibv_import_device(), or
- * mrmgr_sim_import_device() for a simulated device's. The importer owns
+ * (received with @c SCM_RIGHTS): the descriptor is offered to the device
+ * providers (mrmgr/device.h), each of which claims its own kind (libibverbs:
+ * a uverbs character device), and the claimant imports it. The importer owns
  * @p cmd_fd on success; on failure it stays the caller's. An importer's
  * calls may run concurrently from any thread; an import, like a region,
  * must not be used after its release.
  *
- * @return 0; @c EINVAL (NULL, a descriptor of neither kind);
- *         @c EOPNOTSUPP when the device cannot import (rxe, siw);
+ * @return 0; @c EINVAL (NULL, a closed descriptor);
+ *         @c EOPNOTSUPP when no provider claims the descriptor, or the
+ *         device cannot import (rxe, siw);
  *         @c ENOMEM; the device's errno.
  */
 MRMGR_EXPORT int mrmgr_importer_open(int cmd_fd, mrmgr_importer_t **importer);
@@ -1373,10 +1422,20 @@ MRMGR_EXPORT int mrmgr_import_release(mrmgr_import_t *imp);
 MRMGR_EXPORT struct ibv_mr *mrmgr_import_mr(const mrmgr_import_t *imp);
 /** The imported PD. */
 MRMGR_EXPORT struct ibv_pd *mrmgr_import_pd(const mrmgr_import_t *imp);
-/** The MR's local key. */
-MRMGR_EXPORT uint32_t mrmgr_import_lkey(const mrmgr_import_t *imp);
-/** The MR's remote key. */
-MRMGR_EXPORT uint32_t mrmgr_import_rkey(const mrmgr_import_t *imp);
+/** The MR's local key (0 for a NULL import). */
+static inline uint32_t mrmgr_import_lkey(const mrmgr_import_t *imp)
+{
+	struct ibv_mr *mr = mrmgr_import_mr(imp);
+
+	return mr ? mr->lkey : 0;
+}
+/** The MR's remote key (0 for a NULL import). */
+static inline uint32_t mrmgr_import_rkey(const mrmgr_import_t *imp)
+{
+	struct ibv_mr *mr = mrmgr_import_mr(imp);
+
+	return mr ? mr->rkey : 0;
+}
 /** The MR's start in the owner's address space (what SGEs and RDMA use). */
 MRMGR_EXPORT uint64_t mrmgr_import_addr(const mrmgr_import_t *imp);
 /** The MR's length. */

@@ -20,6 +20,13 @@
  * libibverbs itself (ibv_reg_mr(), ibv_dealloc_pd(), ...). Use the
  * mrmgr_sim_* calls, or hand the PD to mrmgr_cache_create().
  *
+ * The simulated HCA is a library of its own, libmrmgr-sim
+ * (`pkg-config --cflags --libs mrmgr-sim`), never part of libmrmgr. It
+ * plugs into libmrmgr through the public device seam (mrmgr/device.h)
+ * like any provider: it registers itself when loaded, and a cache, an
+ * alias or an importer given one of its contexts, PDs or command
+ * descriptors uses it through that seam.
+ *
  * What it models:
  *  - keys: unique, never reused while an MR lives; lkey/rkey layout of the
  *    chosen personality;

@@ -178,7 +178,7 @@ static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 	if (r->share) /* its MRs in other PDs, its share-set membership */
 		mrmgr__share_region_release(c, r);
 	/* A view borrows the implicit MR, which lives as long as the cache. */
-	ret = r->kind == MRMGR__REGION_VIEW ? 0 : c->be->dereg_mr(r->mr);
+	ret = r->kind == MRMGR__REGION_VIEW ? 0 : mrmgr__dev_dereg_mr(c->ops, r->mr);
 
 	if (ret)
 		mrmgr__err("deregistering [%#llx, +%llu) failed: %s; the MR is "
@@ -507,8 +507,8 @@ static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
 static int do_reg(struct mrmgr_cache *c, uint64_t start, uint64_t len,
 		  unsigned int access, struct ibv_mr **mr)
 {
-	int ret = c->be->reg_mr(c->pd, (void *)(uintptr_t)start, len,
-				(int)(access | c->odp.reg_access), mr);
+	int ret = mrmgr__dev_reg_mr(c->ops, c->pd, (void *)(uintptr_t)start,
+				    len, (int)(access | c->odp.reg_access), mr);
 
 	if (!ret) {
 		c->st.registrations++;
@@ -618,7 +618,7 @@ have_mr:
 		if (cacheable)
 			mrmgr__mon_watch_abort(c, &watch);
 		if (kind != MRMGR__REGION_VIEW) {
-			c->be->dereg_mr(mr);
+			mrmgr__dev_dereg_mr(c->ops, mr);
 			c->st.deregistrations++;
 		}
 		mrmgr__err("out of memory for a region");
@@ -994,7 +994,7 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 {
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
-	const struct mrmgr__backend *be;
+	const struct mrmgr_device_ops *ops;
 	struct mrmgr_cache *c;
 	long psz = sysconf(_SC_PAGESIZE);
 	int ret;
@@ -1004,8 +1004,8 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 			   !cache ? "cache pointer" : "protection domain");
 		return EINVAL;
 	}
-	be = mrmgr__backend_for(pd);
-	ret = be->query_device(pd->context, &caps);
+	ops = mrmgr__dev_for(pd->context);
+	ret = mrmgr__dev_query(ops, pd->context, &caps);
 	if (ret) {
 		mrmgr__err("mrmgr_cache_create: querying the device: %s",
 			   strerror(ret));
@@ -1023,7 +1023,7 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 	c->page_shift = (unsigned int)__builtin_ctzl(psz > 0 ? (unsigned long)psz : 4096);
 	c->flags = cfg.flags;
 	c->pd = pd;
-	c->be = be;
+	c->ops = ops;
 	c->caps = caps;
 	c->cfg = cfg;
 	c->lru.prev = c->lru.next = &c->lru;
@@ -1040,7 +1040,7 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 	mrmgr__grow_init(c);
 	mrmgr__info("cache on %s (%s backend): at most %llu regions, %llu "
 		    "bytes; merge %s, caching %s",
-		    caps.name, be->name, (unsigned long long)cfg.max_regions,
+		    caps.name, ops->name, (unsigned long long)cfg.max_regions,
 		    (unsigned long long)cfg.max_bytes,
 		    cfg.flags & MRMGR_CACHE_NO_MERGE ? "off" : "on",
 		    cfg.flags & MRMGR_CACHE_DISABLE ? "off" : "on");

@@ -15,7 +15,7 @@
 
 #include <mrmgr/mrmgr.h>
 
-#include "backend.h"
+#include "device.h"
 #include "compiler.h"
 #include "config_env.h"
 #include "itree.h"
@@ -53,7 +53,7 @@ struct mrmgr_cache {
 	/* Writer side: everything below is under lock. */
 	_Alignas(MRMGR__CACHELINE) pthread_mutex_t lock;
 	struct ibv_pd *pd;
-	const struct mrmgr__backend *be;
+	const struct mrmgr_device_ops *ops;  /* the device provider (device.h) */
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
 	struct mrmgr__lru_link lru;      /* head: lru.next is the oldest */

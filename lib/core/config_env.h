@@ -14,7 +14,7 @@
 
 #include <mrmgr/mrmgr.h>
 
-#include "backend.h"
+#include "device.h"
 
 struct mrmgr__cache_config;
 

@@ -260,20 +260,6 @@ MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr(const mrmgr_region_t *region)
 	return region ? mrmgr__region_plain_mr(region) : NULL;
 }
 
-MRMGR_EXPORT uint32_t mrmgr_region_lkey(const mrmgr_region_t *region)
-{
-	struct ibv_mr *mr = region ? mrmgr__region_plain_mr(region) : NULL;
-
-	return mr ? mr->lkey : 0;
-}
-
-MRMGR_EXPORT uint32_t mrmgr_region_rkey(const mrmgr_region_t *region)
-{
-	struct ibv_mr *mr = region ? mrmgr__region_plain_mr(region) : NULL;
-
-	return mr ? mr->rkey : 0;
-}
-
 MRMGR_EXPORT void *mrmgr_region_addr(const mrmgr_region_t *region)
 {
 	return region ? (void *)(uintptr_t)mrmgr__region_start(region) : NULL;

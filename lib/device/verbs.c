@@ -1,7 +1,8 @@
 /*
- * The backend seam over libibverbs. Thin on purpose: errno conventions
- * are normalised here (verbs mixes NULL+errno, positive and negative
- * returns) so the cache sees one convention.
+ * The built-in device provider: libibverbs. Thin on purpose: verbs mixes
+ * NULL+errno, positive and negative returns; each hook turns that into
+ * the seam's one convention (0 or a positive errno) right at the call,
+ * before logging can clobber errno. device.c does the rest.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -10,16 +11,26 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
-#include "backend.h"
+#include "device.h"
 
 /*
  * ibv_query_device_ex() first: it carries odp_caps. Providers without the
  * extended verb (or old kernels) make it fail with EOPNOTSUPP/ENOSYS;
  * then the basic query gives the rest and ODP stays off.
  */
+/* Every context no other provider claims is a libibverbs one. */
+static int verbs_owns_context(const struct ibv_context *ctx)
+{
+	(void)ctx;
+	return 1;
+}
+
 static int verbs_query_device(struct ibv_context *ctx,
-			      struct mrmgr__dev_caps *caps)
+			      struct mrmgr_device_attr *caps)
 {
 	struct ibv_device_attr_ex ax;
 	struct ibv_device_attr *attr = &ax.orig_attr;
@@ -107,11 +118,107 @@ static int verbs_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 	return ret;
 }
 
-const struct mrmgr__backend mrmgr__backend_verbs = {
+/* ------------------------------------------------------------ sharing */
+
+static int verbs_can_import(struct ibv_pd *pd)
+{
+	struct ibv_pd *p;
+
+	errno = 0;
+	p = ibv_import_pd(pd->context, pd->handle);
+	if (!p)
+		return errno ? errno : EOPNOTSUPP;
+	ibv_unimport_pd(p);
+	return 0;
+}
+
+/*
+ * A uverbs command descriptor is a character device of the
+ * infiniband_verbs class (/dev/infiniband/uverbsN). Where sysfs is not
+ * mounted the class cannot be read: any character device is offered to
+ * ibv_import_device(), which checks it with the kernel.
+ */
+static int verbs_claim_fd(int fd)
+{
+	char path[64], link[256];
+	struct stat st;
+	ssize_t n;
+
+	if (fstat(fd, &st) != 0 || !S_ISCHR(st.st_mode))
+		return 0;
+	snprintf(path, sizeof(path), "/sys/dev/char/%u:%u/subsystem",
+		 major(st.st_rdev), minor(st.st_rdev));
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0)
+		return access("/sys/dev/char", F_OK) != 0;
+	link[n] = '\0';
+	n = (ssize_t)strlen(link) - (ssize_t)strlen("/infiniband_verbs");
+	return n >= 0 && !strcmp(link + n, "/infiniband_verbs");
+}
+
+static int verbs_import_device(int fd, struct ibv_context **ctx)
+{
+	errno = 0;
+	*ctx = ibv_import_device(fd);
+	if (*ctx)
+		return 0;
+	return errno ? errno : EIO;
+}
+
+static int verbs_close_device(struct ibv_context *ctx)
+{
+	int ret = ibv_close_device(ctx);
+
+	return ret < 0 ? (errno ? errno : EIO) : ret;
+}
+
+static int verbs_import_pd(struct ibv_context *ctx, uint32_t handle,
+			   struct ibv_pd **pd)
+{
+	errno = 0;
+	*pd = ibv_import_pd(ctx, handle);
+	if (*pd)
+		return 0;
+	return errno ? errno : EIO;
+}
+
+static int verbs_unimport_pd(struct ibv_pd *pd)
+{
+	ibv_unimport_pd(pd);
+	return 0;
+}
+
+static int verbs_import_mr(struct ibv_pd *pd, uint32_t handle,
+			   struct ibv_mr **mr)
+{
+	errno = 0;
+	*mr = ibv_import_mr(pd, handle);
+	if (*mr)
+		return 0;
+	return errno ? errno : EIO;
+}
+
+static int verbs_unimport_mr(struct ibv_mr *mr)
+{
+	ibv_unimport_mr(mr);
+	return 0;
+}
+
+const struct mrmgr_device_ops mrmgr__verbs_ops = {
+	.size = sizeof(struct mrmgr_device_ops),
 	.name = "verbs",
+	.owns_context = verbs_owns_context,
 	.query_device = verbs_query_device,
 	.reg_mr = verbs_reg_mr,
 	.dereg_mr = verbs_dereg_mr,
 	.rereg_mr = verbs_rereg_mr,
 	.advise_mr = verbs_advise_mr,
+	.can_import = verbs_can_import,
+	.claim_fd = verbs_claim_fd,
+	.import_device = verbs_import_device,
+	.close_device = verbs_close_device,
+	.import_pd = verbs_import_pd,
+	.unimport_pd = verbs_unimport_pd,
+	.import_mr = verbs_import_mr,
+	.unimport_mr = verbs_unimport_mr,
 };

@@ -162,7 +162,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 		return ret;
 	if (!pd)
 		pd = mrmgr__region_plain_mr(r) ? mrmgr__region_plain_mr(r)->pd : c->pd;
-	if (mrmgr__backend_for(pd) != c->be) {
+	if (mrmgr__dev_for(pd->context) != c->ops) {
 		mrmgr__err("mrmgr_region_alias: the PD is of another backend than "
 			   "the cache's");
 		return EINVAL;
@@ -194,7 +194,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 			   strerror(ret));
 		return ret;
 	}
-	ret = c->be->reg_mr(pd, p, len, (int)access, &mr);
+	ret = mrmgr__dev_reg_mr(c->ops, pd, p, len, (int)access, &mr);
 	if (ret) {
 		munmap(p, len);
 		free(al);
@@ -212,7 +212,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 		ret = mrmgr__share_get(c, r);
 	if (ret) {
 		pthread_mutex_unlock(&c->lock);
-		c->be->dereg_mr(mr);
+		mrmgr__dev_dereg_mr(c->ops, mr);
 		munmap(p, len);
 		free(al);
 		if (ret == ESTALE)
@@ -252,7 +252,7 @@ struct mrmgr_region *mrmgr__alias_force(struct mrmgr_cache *c,
 
 	alias_unlink(c, al);
 	__atomic_store_n(&al->revoked, 1, __ATOMIC_RELEASE);
-	ret = c->be->dereg_mr(al->mr);
+	ret = mrmgr__dev_dereg_mr(c->ops, al->mr);
 	if (ret)
 		mrmgr__err("deregistering alias %p failed: %s; abandoned",
 			   al->addr, strerror(ret));
@@ -277,7 +277,7 @@ MRMGR_EXPORT int mrmgr_alias_destroy(mrmgr_alias_t *al)
 	if (c) {
 		pthread_mutex_lock(&c->lock);
 		alias_unlink(c, al);
-		ret = c->be->dereg_mr(al->mr);
+		ret = mrmgr__dev_dereg_mr(c->ops, al->mr);
 		if (ret)
 			mrmgr__err("mrmgr_alias_destroy: deregistering %p: %s; "
 				   "the MR is abandoned", al->addr, strerror(ret));
@@ -300,16 +300,6 @@ MRMGR_EXPORT void *mrmgr_alias_addr(const mrmgr_alias_t *al)
 MRMGR_EXPORT struct ibv_mr *mrmgr_alias_mr(const mrmgr_alias_t *al)
 {
 	return al ? al->mr : NULL;
-}
-
-MRMGR_EXPORT uint32_t mrmgr_alias_lkey(const mrmgr_alias_t *al)
-{
-	return al && al->mr ? al->mr->lkey : 0;
-}
-
-MRMGR_EXPORT uint32_t mrmgr_alias_rkey(const mrmgr_alias_t *al)
-{
-	return al && al->mr ? al->mr->rkey : 0;
 }
 
 MRMGR_EXPORT int mrmgr_alias_revoked(const mrmgr_alias_t *al)

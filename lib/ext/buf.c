@@ -306,16 +306,6 @@ MRMGR_EXPORT struct ibv_mr *mrmgr_buf_mr(const mrmgr_buf_t *b)
 	return b && b->r ? b->r->mr : NULL;
 }
 
-MRMGR_EXPORT uint32_t mrmgr_buf_lkey(const mrmgr_buf_t *b)
-{
-	return b && b->r ? b->r->mr->lkey : 0;
-}
-
-MRMGR_EXPORT uint32_t mrmgr_buf_rkey(const mrmgr_buf_t *b)
-{
-	return b && b->r ? b->r->mr->rkey : 0;
-}
-
 MRMGR_EXPORT uint64_t mrmgr_buf_generation(const mrmgr_buf_t *b)
 {
 	return b ? b->gen : 0;

@@ -69,65 +69,25 @@ static inline struct mrmgr_region *node_region(const struct mrmgr__itree_node *n
 
 /* ------------------------------------------------ per-device verdicts */
 
-/*
- * Process-wide memory of what each device said, keyed by backend and
- * device name, so only the first cache on a device probes. Bounded: the
- * oldest entry makes way (simulated devices get a new name per open).
- */
-#define MAX_VERDICTS 64
-
-struct verdict {
-	const char *backend; /* a backend's static name */
-	char name[64];
-	int v;
-};
-
-static pthread_mutex_t verdict_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct verdict verdicts[MAX_VERDICTS];
-static unsigned int nverdicts, verdict_next;
-
+/* What the device said is kept in the seam's learnt-capability table
+ * (device.h), so only the first cache on a device probes. */
 static int verdict_find(const struct mrmgr_cache *c)
 {
-	int v = MRMGR__REREG_UNKNOWN;
+	int v;
 
-	pthread_mutex_lock(&verdict_lock);
-	for (unsigned int i = 0; i < nverdicts; i++) {
-		if (verdicts[i].backend == c->be->name &&
-		    !strcmp(verdicts[i].name, c->caps.name)) {
-			v = verdicts[i].v;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&verdict_lock);
+	if (!mrmgr__dev_learnt(c->ops, c->caps.name, MRMGR__LEARN_REREG, &v))
+		v = MRMGR__REREG_UNKNOWN;
 	return v;
 }
 
 static void verdict_store(const struct mrmgr_cache *c, int v)
 {
-	struct verdict *e = NULL;
-
-	pthread_mutex_lock(&verdict_lock);
-	for (unsigned int i = 0; i < nverdicts && !e; i++)
-		if (verdicts[i].backend == c->be->name &&
-		    !strcmp(verdicts[i].name, c->caps.name))
-			e = &verdicts[i];
-	if (!e) {
-		if (nverdicts < MAX_VERDICTS) {
-			e = &verdicts[nverdicts++];
-		} else {
-			e = &verdicts[verdict_next];
-			verdict_next = (verdict_next + 1) % MAX_VERDICTS;
-		}
-		e->backend = c->be->name;
-		snprintf(e->name, sizeof(e->name), "%s", c->caps.name);
-	}
-	e->v = v;
-	pthread_mutex_unlock(&verdict_lock);
+	mrmgr__dev_learn(c->ops, c->caps.name, MRMGR__LEARN_REREG, v);
 }
 
 static int unsupported_errno(int err)
 {
-	return err == EOPNOTSUPP || err == ENOSYS;
+	return mrmgr__dev_unsupported(err) != MRMGR__UNSUP_NO;
 }
 
 /*
@@ -165,13 +125,14 @@ static int probe(struct mrmgr_cache *c)
 	if (p == MAP_FAILED)
 		return MRMGR__REREG_UNKNOWN;
 	*(volatile char *)p = 0;
-	if (c->be->reg_mr(c->pd, p, page, IBV_ACCESS_LOCAL_WRITE, &mr)) {
+	if (mrmgr__dev_reg_mr(c->ops, c->pd, p, page, IBV_ACCESS_LOCAL_WRITE,
+			      &mr)) {
 		munmap(p, page);
 		return MRMGR__REREG_UNKNOWN;
 	}
 	c->st.rereg_probes++;
-	code = c->be->rereg_mr(mr, REREG_ACCESS, c->pd, p, page,
-			       IBV_ACCESS_LOCAL_WRITE, &err);
+	code = mrmgr__dev_rereg_mr(c->ops, mr, REREG_ACCESS, c->pd, p, page,
+				   IBV_ACCESS_LOCAL_WRITE, &err);
 	if (code == 0) {
 		v = MRMGR__REREG_YES;
 	} else if (unsupported_errno(err)) {
@@ -185,7 +146,7 @@ static int probe(struct mrmgr_cache *c)
 		v = MRMGR__REREG_UNKNOWN;
 	}
 	/* The man page: dereg even after a failed rereg. */
-	if (c->be->dereg_mr(mr))
+	if (mrmgr__dev_dereg_mr(c->ops, mr))
 		mrmgr__err("%s: deregistering the probe MR failed; abandoned",
 			   c->caps.name);
 	munmap(p, page);
@@ -200,7 +161,7 @@ static int probe(struct mrmgr_cache *c)
 void mrmgr__grow_init(struct mrmgr_cache *c)
 {
 	c->rereg = MRMGR__REREG_NO;
-	if (!c->be->rereg_mr ||
+	if (!c->ops->rereg_mr ||
 	    (c->cfg.flags & (MRMGR_CACHE_NO_REREG | MRMGR_CACHE_DISABLE)))
 		return;
 	c->rereg = verdict_find(c);
@@ -285,10 +246,11 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 	if (trans && mrmgr__mon_watch_begin(c, start, start + len - 1, &tx))
 		return REREG_KEPT;
 	c->st.rereg_attempts++;
-	code = c->be->rereg_mr(mr, flags, (flags & REREG_PD) ? pd : mr->pd,
-			       trans ? (void *)(uintptr_t)start : mr->addr,
-			       trans ? (size_t)len : mr->length,
-			       (flags & REREG_ACCESS) ? (int)access : 0, &err);
+	code = mrmgr__dev_rereg_mr(c->ops, mr, flags,
+				   (flags & REREG_PD) ? pd : mr->pd,
+				   trans ? (void *)(uintptr_t)start : mr->addr,
+				   trans ? (size_t)len : mr->length,
+				   (flags & REREG_ACCESS) ? (int)access : 0, &err);
 	mrmgr__dbg("rereg [%#llx, +%llu) flags %#x -> [%#llx, +%llu) access "
 		   "%#x: %d (%s)", (unsigned long long)mrmgr__region_start(r),
 		   (unsigned long long)old_len, flags, (unsigned long long)start,

@@ -87,7 +87,7 @@ void mrmgr__multi_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 		__atomic_store_n(&sh->pd_mrs[i], NULL, __ATOMIC_RELAXED);
 		if (mr == r->mr)
 			continue; /* cache.c deregisters its own */
-		ret = c->be->dereg_mr(mr);
+		ret = mrmgr__dev_dereg_mr(c->ops, mr);
 		if (ret)
 			mrmgr__err("deregistering [%#llx, +%llu) in PD %zu "
 				   "failed: %s; the MR is abandoned",
@@ -114,12 +114,13 @@ static int add_pd_mr(struct mrmgr_cache *c, struct mrmgr_region *r, int i)
 	 * anyway (the region is held: there is nothing to hand out
 	 * uncached instead) and the device has the last word. */
 	(void)mrmgr__cache_make_room(c, 1, len);
-	ret = c->be->reg_mr(pd, (void *)(uintptr_t)start, len, (int)r->access, &mr);
+	ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start, len,
+				(int)r->access, &mr);
 	if (ret == ENOMEM || ret == EAGAIN) {
 		c->st.evict_retries++;
 		mrmgr__cache_evict_all_idle(c);
-		ret = c->be->reg_mr(pd, (void *)(uintptr_t)start, len,
-				    (int)r->access, &mr);
+		ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start,
+					len, (int)r->access, &mr);
 	}
 	mrmgr__dbg("reg [%#llx, +%llu) access %#x in PD %d: %s",
 		   (unsigned long long)start, (unsigned long long)len,
@@ -214,7 +215,8 @@ MRMGR_EXPORT int mrmgr_cache_create_multi(struct ibv_pd *const *pds,
 					   "repeats PD %zu", i, j);
 				return EINVAL;
 			}
-		if (mrmgr__backend_for(pds[i]) != mrmgr__backend_for(pds[0])) {
+		if (mrmgr__dev_for(pds[i]->context) !=
+		    mrmgr__dev_for(pds[0]->context)) {
 			mrmgr__err("mrmgr_cache_create_multi: PD %zu is of "
 				   "another backend than PD 0 (simulated and "
 				   "real devices do not mix)", i);
@@ -315,20 +317,4 @@ MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr_pd(const mrmgr_region_t *region,
 		return region->mr && region->mr->pd == pd ? region->mr : NULL;
 	i = mrmgr__multi_pd_index(region->cache, pd);
 	return i < 0 ? NULL : mrmgr__multi_mr(region, (size_t)i);
-}
-
-MRMGR_EXPORT uint32_t mrmgr_region_lkey_pd(const mrmgr_region_t *region,
-					   const struct ibv_pd *pd)
-{
-	struct ibv_mr *mr = mrmgr_region_mr_pd(region, pd);
-
-	return mr ? mr->lkey : 0;
-}
-
-MRMGR_EXPORT uint32_t mrmgr_region_rkey_pd(const mrmgr_region_t *region,
-					   const struct ibv_pd *pd)
-{
-	struct ibv_mr *mr = mrmgr_region_mr_pd(region, pd);
-
-	return mr ? mr->rkey : 0;
 }

@@ -114,9 +114,11 @@ static void set_decision(struct mrmgr__odp *o, uint32_t mode, uint32_t reason,
 	va_end(ap);
 }
 
+/* An ODP registration the device refuses: EINVAL too (rxe, and mlx5
+ * without implicit ODP, refuse IBV_ACCESS_ON_DEMAND as a bad argument). */
 static int unsupported_errno(int e)
 {
-	return e == EINVAL || e == EOPNOTSUPP || e == ENOSYS;
+	return e == EINVAL || mrmgr__dev_unsupported(e);
 }
 
 /* Register the implicit MR. 0 or the device's errno. */
@@ -131,7 +133,7 @@ static int implicit_register(struct mrmgr_cache *c)
 	/* Atomics only when the caller asked for them to work on ODP. */
 	if (o->ops & IBV_ODP_SUPPORT_ATOMIC)
 		access |= IBV_ACCESS_REMOTE_ATOMIC;
-	ret = c->be->reg_mr(c->pd, NULL, SIZE_MAX,
+	ret = mrmgr__dev_reg_mr(c->ops, c->pd, NULL, SIZE_MAX,
 			    (int)(access | IBV_ACCESS_ON_DEMAND), &mr);
 	if (ret) {
 		c->st.reg_failures++;
@@ -233,7 +235,7 @@ void mrmgr__odp_fini(struct mrmgr_cache *c)
 
 	if (!o->implicit_mr)
 		return;
-	ret = c->be->dereg_mr(o->implicit_mr);
+	ret = mrmgr__dev_dereg_mr(c->ops, o->implicit_mr);
 	if (ret)
 		mrmgr__err("deregistering the implicit ODP MR failed: %s; the "
 			   "MR is abandoned", strerror(ret));

@@ -95,17 +95,6 @@ static const char *advice_name(enum ibv_advise_mr_advice advice)
 							    : "PREFETCH";
 }
 
-static int is_unsupported(int e)
-{
-	if (e == EOPNOTSUPP || e == ENOSYS)
-		return 1;
-#if ENOTSUP != EOPNOTSUPP
-	if (e == ENOTSUP)
-		return 1;
-#endif
-	return 0;
-}
-
 static int advice_unsupported(struct mrmgr_cache *c,
 			      enum ibv_advise_mr_advice advice)
 {
@@ -113,12 +102,15 @@ static int advice_unsupported(struct mrmgr_cache *c,
 		advice) & 1;
 }
 
-/* Remember, once, that the device does not do this advice (or any). */
+/* Remember, once, that the device does not do this advice (or any:
+ * the verb itself is missing). */
 static void learn_unsupported(struct mrmgr_cache *c,
 			      enum ibv_advise_mr_advice advice, int err)
 {
-	uint32_t bits = err == ENOSYS || !c->be->advise_mr ? ~UINT32_C(0)
-							   : UINT32_C(1) << advice;
+	uint32_t bits = mrmgr__dev_unsupported(err) == MRMGR__UNSUP_VERB ||
+				!c->ops->advise_mr
+			? ~UINT32_C(0)
+			: UINT32_C(1) << advice;
 	uint32_t old = __atomic_fetch_or(&c->odp.unsupported, bits,
 					 __ATOMIC_RELAXED);
 
@@ -147,7 +139,7 @@ static int send_batches(struct mrmgr_cache *c, enum ibv_advise_mr_advice advice,
 	uint32_t max = c->caps.max_sge ? c->caps.max_sge : 1;
 
 	*noop = 0;
-	if (!c->be->advise_mr) {
+	if (!c->ops->advise_mr) {
 		learn_unsupported(c, advice, 0);
 		*noop = 1;
 		return 0;
@@ -158,13 +150,14 @@ static int send_batches(struct mrmgr_cache *c, enum ibv_advise_mr_advice advice,
 
 		count(&c->odp.pst.batches, 1);
 		for (int attempt = 0;; attempt++) {
-			ret = c->be->advise_mr(c->pd, advice, flags, l->v + i, b);
+			ret = mrmgr__dev_advise_mr(c->ops, c->pd, advice, flags,
+						   l->v + i, b);
 			if (ret != EAGAIN || attempt == EAGAIN_RETRIES)
 				break;
 			count(&c->odp.pst.retries, 1);
 			pause_before_retry(attempt);
 		}
-		if (is_unsupported(ret)) {
+		if (mrmgr__dev_unsupported(ret)) {
 			learn_unsupported(c, advice, ret);
 			*noop = 1;
 			return 0;

@@ -34,11 +34,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
 #include "cache.h"
 #include "log.h"
 #include "share.h"
-#include "sim/sim_internal.h"
 
 struct mrmgr_export {
 	struct mrmgr_export *next, *prev; /* the region's exports (cache lock) */
@@ -293,66 +291,11 @@ void mrmgr__share_report_busy(struct mrmgr_cache *c)
 
 /* ------------------------------------------------------------ import probe */
 
-/*
- * Can the device import? ibv_import_pd() of the owner's own PD is the
- * cheapest question (rdma-core's stub fails with EOPNOTSUPP where the
- * provider has no import: rxe, siw). Asked once per device and process.
- */
-#define MAX_VERDICTS 32
-
-struct verdict {
-	const char *backend;
-	char name[64];
-	int err; /* 0: can */
-};
-
-static pthread_mutex_t verdict_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct verdict verdicts[MAX_VERDICTS];
-static unsigned int nverdicts, verdict_next;
-
+/* Can the device import? Asked of its provider once per device and
+ * process (the seam's learnt-capability table). */
 int mrmgr__share_probe(struct ibv_pd *pd)
 {
-	const struct mrmgr__backend *be = mrmgr__backend_for(pd);
-	const char *name = pd->context->device->name;
-	struct ibv_pd *p;
-	int err = -1;
-
-	pthread_mutex_lock(&verdict_lock);
-	for (unsigned int i = 0; i < nverdicts; i++)
-		if (verdicts[i].backend == be->name && !strcmp(verdicts[i].name, name))
-			err = verdicts[i].err;
-	pthread_mutex_unlock(&verdict_lock);
-	if (err >= 0)
-		return err;
-
-	if (be == &mrmgr__backend_sim) {
-		err = mrmgr__sim_can_import(pd->context) ? 0 : EOPNOTSUPP;
-	} else {
-		errno = 0;
-		p = ibv_import_pd(pd->context, pd->handle);
-		err = p ? 0 : errno ? errno : EOPNOTSUPP;
-		if (p)
-			ibv_unimport_pd(p);
-		if (err == ENOSYS || err == ENOTSUP)
-			err = EOPNOTSUPP;
-	}
-	if (err && err != EOPNOTSUPP)
-		return err; /* not a verdict on the device: ask again later */
-	mrmgr__info("%s: MR import %s", name,
-		    err ? "is not supported (ibv_import_pd: EOPNOTSUPP)"
-			: "works");
-	pthread_mutex_lock(&verdict_lock);
-	{
-		struct verdict *v = nverdicts < MAX_VERDICTS
-					    ? &verdicts[nverdicts++]
-					    : &verdicts[verdict_next++ % MAX_VERDICTS];
-
-		v->backend = be->name;
-		snprintf(v->name, sizeof(v->name), "%s", name);
-		v->err = err;
-	}
-	pthread_mutex_unlock(&verdict_lock);
-	return err;
+	return mrmgr__dev_can_import(pd);
 }
 
 /* ------------------------------------------------------------ exports */

@@ -160,9 +160,10 @@ int mrmgr__mon_inproc_covers(uint32_t mode, int kind)
 
 static int fork_status_of(const struct mrmgr_cache *c)
 {
-	/* The sim holds pages with plain references, as pre-5.9 kernels
-	 * pinned them: a fork leaves the parent's registrations stale. */
-	if (c->be == &mrmgr__backend_sim)
+	/* A device that holds pages with plain references, as pre-5.9
+	 * kernels pinned them (the simulated HCA does): a fork leaves the
+	 * parent's registrations stale. */
+	if (c->caps.cap_flags & MRMGR_DEVICE_CAP_PLAIN_PINS)
 		return -1;
 	return (int)ibv_is_fork_initialized();
 }

@@ -1,6 +1,7 @@
 /*
  * A tiny program outside the tree: built only with
- * `pkg-config --cflags --libs mrmgr` against an installed libmrmgr.
+ * `pkg-config --cflags --libs mrmgr-sim` against the installed libmrmgr
+ * and libmrmgr-sim (the simulated HCA, a device provider of its own).
  */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS under -std=c11 */
 #include <stdio.h>

@@ -11,22 +11,23 @@
 #  - consumer.c, which checks hits and misses on the simulated HCA.
 # With MRMGR_CONSUMER_PREFIX set, use that real installation instead of
 # staging one. SIM_PKG names the pkg-config module of the simulated HCA
-# (today libmrmgr itself).
+# (libmrmgr-sim: mrmgr-sim). The installed production library must not
+# carry the simulator.
 set -eu
 srcdir=$(cd "$(dirname "$0")" && pwd)
 top_srcdir=$(cd "$srcdir/../.." && pwd)
 top_builddir=${top_builddir:-.}
 CC=${CC:-cc}
-SIM_PKG=${SIM_PKG:-mrmgr}
+SIM_PKG=${SIM_PKG:-mrmgr-sim}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT INT TERM
 
 if [ -n "${MRMGR_CONSUMER_PREFIX:-}" ]; then
-	pcdir=$(dirname "$(find "$MRMGR_CONSUMER_PREFIX" -name mrmgr.pc -path '*pkgconfig*' | head -n1)")
+	pcdir=$(dirname "$(find "$MRMGR_CONSUMER_PREFIX" -name mrmgr-sim.pc -path '*pkgconfig*' | head -n1)")
 	PKG_CONFIG_PATH=$pcdir
 else
 	${MAKE:-make} -s -C "$top_builddir" install DESTDIR="$work/root" >/dev/null
-	pcdir=$(dirname "$(find "$work/root" -name mrmgr.pc | head -n1)")
+	pcdir=$(dirname "$(find "$work/root" -name mrmgr-sim.pc | head -n1)")
 	# Paths inside the .pc name the final prefix; the sysroot maps them
 	# into the staging root.
 	PKG_CONFIG_PATH=$pcdir
@@ -77,6 +78,16 @@ else
 	echo "README's program ran on the first RDMA device"
 fi
 
+# consumer.c uses the simulated HCA: its module requires mrmgr.
+simflags=$(pkg-config --cflags --libs "$SIM_PKG")
 # shellcheck disable=SC2086
-$CC -std=c11 -Wall -Wextra -Werror -o "$work/consumer" "$srcdir/consumer.c" $flags
+$CC -std=c11 -Wall -Wextra -Werror -o "$work/consumer" "$srcdir/consumer.c" $simflags
 run "$work/consumer"
+
+case " $(pkg-config --libs mrmgr) " in
+*-lmrmgr-sim*) echo "FAIL: mrmgr.pc names the simulator" >&2; exit 1 ;;
+esac
+if nm -D "$libdir"/libmrmgr.so | grep -q 'mrmgr_sim_'; then
+	echo "FAIL: the installed libmrmgr.so carries mrmgr_sim_ symbols" >&2
+	exit 1
+fi

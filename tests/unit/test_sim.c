@@ -23,7 +23,8 @@
 
 #include <mrmgr/sim.h>
 
-#include "backend.h"
+#include "device.h"
+#include "sim/sim_internal.h"
 
 #define PG ((size_t)4096)
 #define RW (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
@@ -167,7 +168,7 @@ Test(sim, device_objects_look_real)
 	struct ibv_context *a = open_dev(MRMGR_SIM_MLX5, 0, UINT64_MAX);
 	struct ibv_context *b = open_dev(MRMGR_SIM_RXE, 0, UINT64_MAX);
 	struct ibv_pd *p1 = new_pd(a), *p2 = new_pd(a);
-	struct mrmgr__dev_caps caps;
+	struct mrmgr_device_attr caps;
 	int dummy;
 
 	cr_assert_eq(strncmp(a->device->name, "sim_mlx5_", 9), 0, "%s", a->device->name);
@@ -186,17 +187,23 @@ Test(sim, device_objects_look_real)
 	cr_assert(mrmgr__sim_is_context(b));
 	cr_assert_not(mrmgr__sim_is_context((struct ibv_context *)&dummy));
 	cr_assert_not(mrmgr__sim_is_context(NULL));
-	cr_assert_str_eq(mrmgr__backend_sim.name, "sim");
-	cr_assert_eq(mrmgr__backend_sim.query_device(a, &caps), 0);
+	/* The sim is a provider of the device seam, found by its context. */
+	cr_assert_eq(mrmgr__dev_for(a), mrmgr__dev_for(b));
+	cr_assert_neq(mrmgr__dev_for(a), &mrmgr__verbs_ops);
+	cr_assert_eq(mrmgr__dev_for((struct ibv_context *)&dummy), &mrmgr__verbs_ops);
+	cr_assert_str_eq(mrmgr__dev_for(a)->name, "sim");
+	cr_assert_str_eq(mrmgr__sim_device_ops.name, "sim");
+	cr_assert(mrmgr__sim_device_ops.cap_flags & MRMGR_DEVICE_CAP_PLAIN_PINS);
+	cr_assert_eq(mrmgr__sim_device_ops.query_device(a, &caps), 0);
 	cr_assert_str_eq(caps.name, a->device->name);
 	cr_assert_eq(caps.max_mr, 1u << 24);
 	cr_assert_eq(caps.max_mr_size, UINT64_C(1) << 40);
 	cr_assert_eq(caps.max_sge, 30);
-	cr_assert_eq(mrmgr__backend_sim.query_device(b, &caps), 0);
+	cr_assert_eq(mrmgr__sim_device_ops.query_device(b, &caps), 0);
 	cr_assert_eq(caps.max_sge, 32);
 	cr_assert_eq(caps.page_size_cap, 0xfffff000u);
-	cr_assert_not_null(mrmgr__backend_sim.rereg_mr); /* growth: test_sim_rereg.c */
-	cr_assert_not_null(mrmgr__backend_sim.advise_mr); /* ODP: test_prefetch.c */
+	cr_assert_not_null(mrmgr__sim_device_ops.rereg_mr); /* growth: test_sim_rereg.c */
+	cr_assert_not_null(mrmgr__sim_device_ops.advise_mr); /* ODP: test_prefetch.c */
 
 	cr_assert_eq(mrmgr_sim_dealloc_pd(p2), 0);
 	teardown(a, p1);

@@ -1,0 +1,101 @@
+/*
+ * The device seam, inside the library: which provider serves a context,
+ * its operations with their results normalised, and what the library has
+ * learnt about each device. The providers' table is public
+ * (include/mrmgr/device.h); verbs.c is the built-in default. Nothing here
+ * knows any provider but verbs, and providers never call into the cache.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef MRMGR__DEVICE_H
+#define MRMGR__DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+#include <mrmgr/device.h>
+
+/* What the cache needs to know about a device, read once at cache creation. */
+struct mrmgr__dev_caps {
+	char name[64];           /* the provider's device name */
+	uint64_t max_mr_size;    /* largest registration, bytes */
+	uint32_t max_mr;         /* most MRs the device holds */
+	uint32_t max_sge;        /* for advise batches */
+	uint64_t page_size_cap;  /* bitmask of supported page sizes */
+	/* ibv_query_device_ex() odp_caps; all 0 on a device without ODP. */
+	uint64_t odp_general;    /* IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_IMPLICIT */
+	uint32_t odp_rc, odp_uc, odp_ud, odp_xrc; /* IBV_ODP_SUPPORT_SEND... */
+	uint64_t cap_flags;      /* the provider's MRMGR_DEVICE_CAP_* */
+};
+
+/* The built-in provider (verbs.c). */
+extern const struct mrmgr_device_ops mrmgr__verbs_ops;
+
+/*
+ * The provider serving ctx: the newest registered one that claims it,
+ * else verbs. The pointer stays valid for the life of the process (the
+ * library's own copy of the table), so a cache keeps it.
+ */
+const struct mrmgr_device_ops *mrmgr__dev_for(const struct ibv_context *ctx);
+/*
+ * The provider whose claim_fd claims cmd_fd (registered ones first,
+ * verbs last), or NULL when none does.
+ */
+const struct mrmgr_device_ops *mrmgr__dev_claim_fd(int cmd_fd);
+
+/*
+ * "The device cannot do this", the one reading of errno for every
+ * caller: 0 (some other error or none), UNSUP_OP (EOPNOTSUPP, ENOTSUP:
+ * not this operation, or not with these arguments), UNSUP_VERB (ENOSYS:
+ * the verb itself is missing, e.g. an old libibverbs).
+ */
+enum { MRMGR__UNSUP_NO = 0, MRMGR__UNSUP_OP = 1, MRMGR__UNSUP_VERB = 2 };
+int mrmgr__dev_unsupported(int err);
+/* err with every "cannot" spelt EOPNOTSUPP, a negative value made positive. */
+int mrmgr__dev_errno(int err);
+
+/* The operations, results normalised: 0 or a positive errno (never 0
+ * without an object), rereg as in struct mrmgr_device_ops. */
+int mrmgr__dev_query(const struct mrmgr_device_ops *ops,
+		     struct ibv_context *ctx, struct mrmgr__dev_caps *caps);
+int mrmgr__dev_reg_mr(const struct mrmgr_device_ops *ops, struct ibv_pd *pd,
+		      void *addr, size_t length, int access, struct ibv_mr **mr);
+int mrmgr__dev_dereg_mr(const struct mrmgr_device_ops *ops, struct ibv_mr *mr);
+/* A provider without rereg fails with IBV_REREG_MR_ERR_INPUT and
+ * EOPNOTSUPP: the MR untouched. A code outside the enum reads as
+ * IBV_REREG_MR_ERR_CMD, the one reading that cannot leave a stale MR in
+ * use. */
+int mrmgr__dev_rereg_mr(const struct mrmgr_device_ops *ops, struct ibv_mr *mr,
+			int flags, struct ibv_pd *pd, void *addr, size_t length,
+			int access, int *err);
+/* A device without advice: EOPNOTSUPP. */
+int mrmgr__dev_advise_mr(const struct mrmgr_device_ops *ops, struct ibv_pd *pd,
+			 enum ibv_advise_mr_advice advice, uint32_t flags,
+			 struct ibv_sge *sg_list, uint32_t num_sge);
+
+/*
+ * The learnt-capability table: what a device said when asked, kept
+ * process-wide per (provider, device name) so only the first cache on a
+ * device asks. Bounded: the oldest entry makes way (simulated devices get
+ * a new name per open). A value is whatever the asker stores.
+ */
+enum mrmgr__dev_learn {
+	MRMGR__LEARN_REREG,  /* grow.c: MRMGR__REREG_YES / _NO */
+	MRMGR__LEARN_IMPORT, /* mrmgr__dev_can_import(): 0 or EOPNOTSUPP */
+	MRMGR__LEARN_COUNT
+};
+/* 1 with *val when known, else 0. */
+int mrmgr__dev_learnt(const struct mrmgr_device_ops *ops, const char *name,
+		      enum mrmgr__dev_learn what, int *val);
+void mrmgr__dev_learn(const struct mrmgr_device_ops *ops, const char *name,
+		      enum mrmgr__dev_learn what, int val);
+
+/*
+ * Whether MRs of pd's device can be imported by another process: 0 or
+ * EOPNOTSUPP, asked once per device (learnt); another errno when the
+ * question could not be answered (asked again next time).
+ */
+int mrmgr__dev_can_import(struct ibv_pd *pd);
+
+#endif /* MRMGR__DEVICE_H */

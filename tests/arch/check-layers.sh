@@ -1,0 +1,145 @@
+#!/bin/sh
+# The layers' arrows (README, "Architecture"), held by the sources and the
+# built objects:
+#   util <- os <- device <- core <- ext;  os <- monitor <- core
+#   sim -> the public device seam only;   libmrmgr.so knows no simulator
+# Fails when a file of lib/core includes a header of lib/ext or calls an
+# ext function, lib/monitor includes or calls the core or ext, the lower
+# layers (device, os, util) reach up, production code names the simulator,
+# libmrmgr.so exports or references an mrmgr_sim_ symbol, or
+# libmrmgr-sim.so uses anything of libmrmgr but the public device seam.
+set -eu
+top_srcdir=${top_srcdir:-.}
+top_builddir=${top_builddir:-.}
+src=$(cd "$top_srcdir" && pwd)
+bld=$(cd "$top_builddir" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+# Known violations, each "rule file what". The core refactor (one small
+# table of hooks the features plug into, the monitor feeding a queue the
+# core drains, one /proc/self/maps reader in os/ that serves odp and the
+# monitor) removes them; nothing may be added here. The separation of
+# the simulator from the production library has no entry and gets none.
+cat >"$tmp/allow" <<'ALLOW'
+core-includes-ext core/cache.c grow.h
+core-includes-ext core/cache.c share.h
+core-includes-ext core/cache.h odp.h
+core-includes-ext core/region.c share.h
+core-calls-ext core/cache.c mrmgr__grow_init
+core-calls-ext core/cache.c mrmgr__grow_miss
+core-calls-ext core/cache.c mrmgr__multi_get
+core-calls-ext core/cache.c mrmgr__odp_fini
+core-calls-ext core/cache.c mrmgr__odp_get_hint
+core-calls-ext core/cache.c mrmgr__odp_init
+core-calls-ext core/cache.c mrmgr__odp_miss
+core-calls-ext core/cache.c mrmgr__odp_region_added
+core-calls-ext core/cache.c mrmgr__odp_region_gone
+core-calls-ext core/cache.c mrmgr__share_cache_free
+core-calls-ext core/cache.c mrmgr__share_force
+core-calls-ext core/cache.c mrmgr__share_get
+core-calls-ext core/cache.c mrmgr__share_invalidated
+core-calls-ext core/cache.c mrmgr__share_region_free
+core-calls-ext core/cache.c mrmgr__share_region_new
+core-calls-ext core/cache.c mrmgr__share_region_release
+core-calls-ext core/cache.c mrmgr__share_report_busy
+core-calls-ext core/stats.c mrmgr__odp_stats
+os-includes-upper os/odp_maps.c odp.h
+os-includes-upper os/vma.c monitor.h
+monitor-includes-core monitor/monitor.c cache.h
+monitor-includes-core monitor/watch.c cache.h
+monitor-calls-core monitor/monitor.c mrmgr__fork_track
+monitor-calls-core monitor/monitor.c mrmgr__fork_untrack
+ALLOW
+: >"$tmp/found"
+
+headers_of() { (cd "$src/lib/$1" && ls ./*.h 2>/dev/null | sed 's|^\./||'); }
+
+# includes LAYER RULE HEADER-LAYERS...: includes of those layers' headers.
+includes() {
+	layer=$1 rule=$2
+	shift 2
+	for l in "$@"; do headers_of "$l"; done | sort -u >"$tmp/hdrs"
+	for f in "$src/lib/$layer"/*.[ch]; do
+		sed -n 's/^#[ \t]*include[ \t]*"\([^"]*\)".*/\1/p' "$f" | sort -u |
+			comm -12 - "$tmp/hdrs" |
+			sed "s|^|$rule $layer/$(basename "$f") |" >>"$tmp/found"
+	done
+}
+
+# The library's objects of a layer (libtool puts PIC objects in .libs).
+objects() {
+	for o in "$bld/lib/$1/.libs"/libmrmgr_la-*.o "$bld/lib/$1"/libmrmgr_la-*.o; do
+		[ -f "$o" ] && echo "$o"
+	done | awk -F/ '!seen[$NF]++'
+}
+
+defined_by() {
+	for l in "$@"; do objects "$l"; done >"$tmp/objs"
+	[ -s "$tmp/objs" ] || { echo "check-layers: objects not built" >&2; exit 1; }
+	xargs nm -g --defined-only <"$tmp/objs" | awk 'NF == 3 { print $3 }' | sort -u
+}
+
+# calls LAYER RULE CALLEE-LAYERS...: symbols LAYER's objects take from them.
+calls() {
+	layer=$1 rule=$2
+	shift 2
+	defined_by "$@" >"$tmp/defs"
+	for o in $(objects "$layer"); do
+		name=$(basename "$o" .o)
+		name=${name#libmrmgr_la-}
+		nm -u "$o" | awk '{ print $2 }' | sort -u | comm -12 - "$tmp/defs" |
+			sed "s|^|$rule $layer/$name.c |" >>"$tmp/found"
+	done
+}
+
+includes core core-includes-ext ext
+includes monitor monitor-includes-core core ext
+for low in device os util; do
+	includes "$low" "$low-includes-upper" core ext monitor
+done
+calls core core-calls-ext ext
+calls monitor monitor-calls-core core ext
+for low in device os util; do
+	calls "$low" "$low-calls-upper" core ext monitor
+done
+
+# Production code names no simulator: no sim header, no sim call.
+grep -rnE 'mrmgr_sim_|mrmgr__sim|MRMGR__SIM|sim_internal\.h|sim_share\.h|mrmgr/sim\.h' \
+	"$src/lib" "$src/share" "$src/hooks" "$src/include/mrmgr/mrmgr.h" \
+	"$src/include/mrmgr/device.h" 2>/dev/null |
+	sed "s|^$src/||; s|^|production-names-sim |" >>"$tmp/found" || true
+
+# libmrmgr.so: no mrmgr_sim_ symbol, exported, imported or local.
+# The built file itself (not libtool's relink leftovers, *.so.x.y.zT).
+built_so() {
+	find "$bld/lib/.libs" -name "$1.so.*" | grep -E "/$1\.so\.[0-9]+\.[0-9]+\.[0-9]+\$" | head -n1
+}
+
+so=$(built_so libmrmgr)
+[ -n "$so" ] || { echo "check-layers: libmrmgr.so not built" >&2; exit 1; }
+{ nm -D "$so"; nm "$so" 2>/dev/null || true; } | awk '{ print $NF }' |
+	grep -E '^mrmgr_sim_|^mrmgr__sim' | sort -u |
+	sed 's|^|libmrmgr.so-has-sim libmrmgr.so |' >>"$tmp/found" || true
+
+# libmrmgr-sim.so takes nothing from libmrmgr but the public device seam.
+sim=$(built_so libmrmgr-sim)
+[ -n "$sim" ] || { echo "check-layers: libmrmgr-sim.so not built" >&2; exit 1; }
+nm -D --undefined-only "$sim" | awk '{ print $2 }' | sed 's/@.*//' |
+	grep '^mrmgr' | grep -v '^mrmgr_device_' |
+	sed 's|^|sim-beside-the-seam libmrmgr-sim.so |' >>"$tmp/found" || true
+
+sort -u "$tmp/found" -o "$tmp/found"
+sort -u "$tmp/allow" -o "$tmp/allow"
+new=$(comm -23 "$tmp/found" "$tmp/allow")
+gone=$(comm -13 "$tmp/found" "$tmp/allow")
+if [ -n "$gone" ]; then
+	echo "check-layers: allowlisted, no longer found (remove from the list):"
+	echo "$gone" | sed 's/^/  /'
+fi
+if [ -n "$new" ]; then
+	echo "check-layers: dependencies against the layers' arrows:" >&2
+	echo "$new" | sed 's/^/  /' >&2
+	exit 1
+fi
+echo "check-layers: the arrows hold ($(wc -l <"$tmp/allow") known core/monitor violations allowlisted)"
