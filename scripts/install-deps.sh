@@ -11,7 +11,9 @@ pkgs="build-essential autoconf automake libtool pkg-config
       libibverbs-dev ibverbs-providers librdmacm-dev libcriterion-dev
       doxygen valgrind
       qemu-system-x86 busybox-static cpio kmod xz-utils iproute2
-      abigail-tools libucx-dev gnuplot-nox"
+      abigail-tools libucx-dev gnuplot-nox
+      python3 man-db groff-base openmpi-bin libopenmpi-dev
+      dpkg-dev debhelper fakeroot lintian"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||
