@@ -39,7 +39,7 @@ profiles=
 grep -q 'libmrmgr-sim\.la' "$work/src/Makefile.am" || profiles="$profiles,pkg.libmrmgr.nosim"
 [ -f "$work/src/tools/mrmgr_info.c" ] || profiles="$profiles,pkg.libmrmgr.notools"
 profiles=${profiles#,}
-opts="parallel=2"
+opts="parallel=2 noautodbgsym"
 [ "${MRMGR_DEB_CHECK:-0}" = 1 ] || opts="$opts nocheck"
 step "dpkg-buildpackage -us -uc -b${profiles:+ -P$profiles} (DEB_BUILD_OPTIONS=$opts)"
 start=$(date +%s)

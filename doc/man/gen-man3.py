@@ -202,7 +202,9 @@ def first_sentence(desc):
         parts.append(''.join(ch.itertext()))
         parts.append(ch.tail or '')
     s = re.sub(r'\s+', ' ', ''.join(parts)).strip()
-    m = re.match(r'(.+?[.;:])(\s|$)', s)
+    # A sentence ends at ';', ':' or '.' before a space or the end, except
+    # after "e.g", "i.e" and "etc".
+    m = re.match(r'(.+?(?:[;:]|(?<!e\.g)(?<!i\.e)(?<!etc)\.)(?=\s|$))', s)
     s = m.group(1) if m else s
     s = s.rstrip('.;:')
     return s[:1].lower() + s[1:] if s[:2] != s[:2].upper() else s
@@ -313,7 +315,7 @@ def main():
             sys.exit('gen-man3: %s has no documentation' % name)
         out.lines.append('.\\" Generated from include/mrmgr/%s by doc/man/gen-man3.py.' % header)
         out.lines.append('.\\" Do not edit: edit the header\'s comment.')
-        out.lines.append('.TH %s 3 %s "libmrmgr %s" "libmrmgr Programmer\'s Manual"'
+        out.lines.append('.TH %s 3 %s "libmrmgr %s" "libmrmgr"'
                          % (name.upper(), date, esc(a.version)))
         out.req('.SH NAME')
         out.lines.append('%s \\- %s' % (esc(name), esc(brief, False)))
