@@ -24,8 +24,10 @@ man3=$(find "$work/root" -type d -path '*/man/man3' | head -n1)
 mandir=${man3%/man3}
 
 # The public libraries: libmrmgr and, once it exists, the simulator's own.
-libs=$(find "$top_builddir/lib/.libs" -name 'libmrmgr*.so' ! -name 'libmrmgr_hooks*' | sort)
-[ -n "$libs" ] || { echo "check-man: no built library under lib/.libs" >&2; exit 1; }
+libs=$(find "$top_builddir/lib" "$top_builddir/sim" -path '*/.libs/*' -name 'libmrmgr*.so' \
+	! -name 'libmrmgr_hooks*' 2>/dev/null | sort)
+[ -n "$libs" ] || { echo "check-man: no built libmrmgr*.so under lib/ or sim/" >&2; exit 1; }
+echo "check-man: functions exported by:" $libs
 for lib in $libs; do
 	nm -D --defined-only "$lib" | awk '$2 ~ /^[TW]$/ { sub(/@.*/, "", $3); print $3 }'
 done | grep '^mrmgr_' | sort -u >"$work/symbols"
