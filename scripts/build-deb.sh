@@ -38,9 +38,10 @@ fi
 profiles=
 grep -q 'libmrmgr-sim\.la' "$work/src/Makefile.am" || profiles="$profiles,pkg.libmrmgr.nosim"
 [ -f "$work/src/tools/mrmgr_info.c" ] || profiles="$profiles,pkg.libmrmgr.notools"
-profiles=${profiles#,}
 opts="parallel=2 noautodbgsym"
-[ "${MRMGR_DEB_CHECK:-0}" = 1 ] || opts="$opts nocheck"
+# The option skips the tests, the profile their build dependencies.
+[ "${MRMGR_DEB_CHECK:-0}" = 1 ] || { opts="$opts nocheck"; profiles="$profiles,nocheck"; }
+profiles=${profiles#,}
 step "dpkg-buildpackage -us -uc -b${profiles:+ -P$profiles} (DEB_BUILD_OPTIONS=$opts)"
 start=$(date +%s)
 (cd "$work/src" && DEB_BUILD_OPTIONS="$opts ${DEB_BUILD_OPTIONS:-}" \
