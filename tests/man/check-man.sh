@@ -27,7 +27,7 @@ mandir=${man3%/man3}
 libs=$(find "$top_builddir/lib" "$top_builddir/sim" -path '*/.libs/*' -name 'libmrmgr*.so' \
 	! -name 'libmrmgr_hooks*' 2>/dev/null | sort)
 [ -n "$libs" ] || { echo "check-man: no built libmrmgr*.so under lib/ or sim/" >&2; exit 1; }
-echo "check-man: functions exported by:" $libs
+printf "check-man: functions exported by: %s\n" "$(echo $libs)"
 for lib in $libs; do
 	nm -D --defined-only "$lib" | awk '$2 ~ /^[TW]$/ { sub(/@.*/, "", $3); print $3 }'
 done | grep '^mrmgr_' | sort -u >"$work/symbols"
