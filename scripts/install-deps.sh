@@ -14,7 +14,9 @@ pkgs="build-essential autoconf automake libtool pkg-config
       qemu-system-x86 busybox-static cpio kmod xz-utils iproute2
       abigail-tools libucx-dev gnuplot-nox
       clang libclang-rt-14-dev
-      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user"
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+      python3 man-db groff-base openmpi-bin libopenmpi-dev
+      dpkg-dev debhelper fakeroot lintian"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -4,7 +4,9 @@
 #     the pkg-config consumer, the exported-symbol baseline), and the
 #     library under ThreadSanitizer with a stress driver (`make check-tsan`),
 #     the libc patch engine on aarch64 under qemu-user (`make check-aarch64`);
-#  2. the ABI baseline (abidiff), `make distcheck`, `make doc`;
+#  2. the ABI baseline (abidiff), `make distcheck`, `make doc`, the
+#     Debian packages (scripts/build-deb.sh: built, lintian, installed
+#     into a fresh root and used by a pkg-config consumer);
 #  3. the real-verbs tier: the same kind of tests on Soft-RoCE (rxe0) in a
 #     qemu guest (`make check-rxe`); MRMGR_SKIP_RXE=1 leaves it out.
 # Exit status: 0 all passed; 125 the qemu guest could not be set up (an
@@ -42,6 +44,8 @@ step "examples"
 ./examples/shared_mr >/dev/null
 ./examples/export_import >/dev/null
 ./examples/export_import --rxe >/dev/null 2>&1
+step "Debian packages"
+"$top/scripts/build-deb.sh"
 if [ "${MRMGR_SKIP_RXE:-0}" = 1 ]; then
 	step "real-verbs tier skipped (MRMGR_SKIP_RXE=1)"
 else

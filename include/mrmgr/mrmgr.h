@@ -339,6 +339,7 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 /**
  * Destroy a cache and deregister every region it holds.
  *
+ * @param cache  the cache (NULL: @c EINVAL).
  * @return 0, @c EINVAL for NULL, or @c EBUSY when regions are still held by
  *         callers (nothing is destroyed then; a log line says how many).
  */
@@ -368,6 +369,8 @@ enum mrmgr_destroy_flags {
  * share-set member that keeps it busy (which region, which export, how
  * many importers, which alias).
  *
+ * @param cache  the cache.
+ * @param flags  bits of enum mrmgr_destroy_flags, or 0.
  * @return 0, @c EINVAL (NULL cache, unknown flags) or @c EBUSY.
  */
 MRMGR_EXPORT int mrmgr_cache_destroy_ex(mrmgr_cache_t *cache, uint64_t flags);
@@ -431,6 +434,12 @@ enum mrmgr_get_flags {
  * mrmgr_get() is mrmgr_get_ex() with @p flags 0, which follows the cache's
  * ::MRMGR_ODP_AUTO_PREFETCH policy.
  *
+ * @param cache   as mrmgr_get().
+ * @param addr    as mrmgr_get().
+ * @param length  as mrmgr_get().
+ * @param access  as mrmgr_get().
+ * @param flags   bits of enum mrmgr_get_flags, or 0.
+ * @param region  receives the region.
  * @return as mrmgr_get(); @c EINVAL also for unknown @p flags bits or
  *         both ::MRMGR_GET_PREFETCH and ::MRMGR_GET_NO_PREFETCH.
  */
@@ -442,6 +451,7 @@ MRMGR_EXPORT int mrmgr_get_ex(mrmgr_cache_t *cache, void *addr, size_t length,
  * Drop a reference taken by mrmgr_get(). The region stays cached for later
  * hits unless it was invalidated, evicted while in use by a merge, or the
  * cache does not cache it (then it is deregistered now). NULL is ignored.
+ * @param region  a region from mrmgr_get(), or NULL.
  */
 MRMGR_EXPORT void mrmgr_put(mrmgr_region_t *region);
 
@@ -454,6 +464,9 @@ MRMGR_EXPORT void mrmgr_put(mrmgr_region_t *region);
  * regions in use are detached from the cache and deregistered at their last
  * mrmgr_put().
  *
+ * @param cache   the cache.
+ * @param addr    start of the range (widened to pages).
+ * @param length  bytes, at least 1.
  * @return 0, or @c EINVAL for a NULL cache, zero length or overflow.
  */
 MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *cache, void *addr,
@@ -472,6 +485,8 @@ MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *cache, void *addr,
  * that misses the fast path. When the queue overflows, the caches that
  * fell behind invalidate everything they hold.
  *
+ * @param addr    start of the range that changed.
+ * @param length  its length in bytes, at least 1.
  * @return 0, or @c EINVAL for zero length or a range that wraps around
  *         (no log line: see above).
  */
@@ -586,32 +601,56 @@ MRMGR_EXPORT int mrmgr_cache_query_config(mrmgr_cache_t *cache,
 					  size_t max, size_t entry_size,
 					  size_t *n);
 
-/** The registered MR of a region; valid until the matching mrmgr_put(). */
+/**
+ * The registered MR of a region; valid until the matching mrmgr_put().
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @return the MR (for a multi-PD cache, the one in its first PD).
+ */
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr(const mrmgr_region_t *region);
 /*
  * The key accessors below are mr->lkey / mr->rkey of the MR accessor, 0
  * without an MR: inline, so they cost no exported symbol and no more than
  * the one call they make.
  */
-/** The region's local key (0 for a NULL region). */
+/**
+ * The region's local key.
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @return the lkey to put in local SGEs.
+ */
 static inline uint32_t mrmgr_region_lkey(const mrmgr_region_t *region)
 {
 	struct ibv_mr *mr = mrmgr_region_mr(region);
 
 	return mr ? mr->lkey : 0;
 }
-/** The region's remote key (0 for a NULL region). */
+/**
+ * The region's remote key.
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @return the rkey to give peers (0 without remote access on some devices).
+ */
 static inline uint32_t mrmgr_region_rkey(const mrmgr_region_t *region)
 {
 	struct ibv_mr *mr = mrmgr_region_mr(region);
 
 	return mr ? mr->rkey : 0;
 }
-/** Start of the registered range (page-aligned; may start before the request). */
+/**
+ * Start of the registered range (page-aligned; may start before the request).
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @return the registered start address.
+ */
 MRMGR_EXPORT void *mrmgr_region_addr(const mrmgr_region_t *region);
-/** Length of the registered range (may exceed the request). */
+/**
+ * Length of the registered range (may exceed the request).
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @return the registered length in bytes.
+ */
 MRMGR_EXPORT size_t mrmgr_region_length(const mrmgr_region_t *region);
-/** The @c ibv_access_flags the region was registered with. */
+/**
+ * The @c ibv_access_flags the region was registered with.
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @return the access flags, a superset of what was asked for.
+ */
 MRMGR_EXPORT unsigned int mrmgr_region_access(const mrmgr_region_t *region);
 /**
  * The region's registration number: unique in its cache, and new whenever
@@ -619,6 +658,8 @@ MRMGR_EXPORT unsigned int mrmgr_region_access(const mrmgr_region_t *region);
  * access upgrade or PD move keeps its handle but gets a new generation,
  * and possibly new keys). Compare generations, not handles, to tell
  * whether keys sent to a peer earlier are still the ones in force.
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @return the generation, never 0.
  */
 MRMGR_EXPORT uint64_t mrmgr_region_generation(const mrmgr_region_t *region);
 
@@ -688,6 +729,8 @@ MRMGR_EXPORT void *mrmgr_region_user_data(const mrmgr_region_t *region);
  * cache's buffers. The old PD must outlive the regions held at the time of
  * the move; @p pd must outlive the cache.
  *
+ * @param cache  the cache.
+ * @param pd     the new protection domain, of the same device.
  * @return 0; @c EINVAL for NULL arguments or a PD of another device; or
  *         the error of re-registering a buffer (that buffer is then left
  *         without a registration until its next mrmgr_buf_resize()).
@@ -718,6 +761,10 @@ MRMGR_EXPORT int mrmgr_cache_move_pd(mrmgr_cache_t *cache, struct ibv_pd *pd);
  * must not use the buffer's memory during a resize. Different buffers,
  * and the cache itself, may be used concurrently.
  *
+ * @param cache   the cache the buffer registers through.
+ * @param size    initial size in bytes (0 is allowed).
+ * @param access  @c ibv_access_flags the buffer needs, as for mrmgr_get().
+ * @param buf     receives the buffer.
  * @return 0; @c EINVAL (NULL arguments, bad access bits, overflow);
  *         @c ENOMEM; or the registration's error.
  */
@@ -735,6 +782,8 @@ MRMGR_EXPORT int mrmgr_buf_create(mrmgr_cache_t *cache, size_t size,
  * else registered anew while other holders keep the old registration until
  * their put.
  *
+ * @param buf       the buffer.
+ * @param new_size  the new size in bytes (0 is allowed).
  * @return 0; @c EINVAL; @c ENOMEM when the memory could not be resized
  *   (the buffer is unchanged); or a registration error: the memory has
  *   been resized (contents preserved) but the buffer has no registration
@@ -747,26 +796,51 @@ MRMGR_EXPORT int mrmgr_buf_resize(mrmgr_buf_t *buf, size_t new_size);
  * Destroy a buffer: its registration is dropped from the cache (holders of
  * its region keep it until their put) and its memory unmapped.
  * Buffers must be destroyed before their cache.
+ * @param buf  the buffer (NULL: @c EINVAL).
  * @return 0 or @c EINVAL for NULL.
  */
 MRMGR_EXPORT int mrmgr_buf_destroy(mrmgr_buf_t *buf);
 
-/** The buffer's memory (changes when a resize moves it). */
+/**
+ * The buffer's memory (changes when a resize moves it).
+ * @param buf  the buffer.
+ * @return the start of its memory.
+ */
 MRMGR_EXPORT void *mrmgr_buf_data(const mrmgr_buf_t *buf);
-/** The size last asked for. */
+/**
+ * The size last asked for.
+ * @param buf  the buffer.
+ * @return its size in bytes.
+ */
 MRMGR_EXPORT size_t mrmgr_buf_size(const mrmgr_buf_t *buf);
-/** Bytes mapped and registered (a page multiple, at least the size). */
+/**
+ * Bytes mapped and registered (a page multiple, at least the size).
+ * @param buf  the buffer.
+ * @return its capacity in bytes.
+ */
 MRMGR_EXPORT size_t mrmgr_buf_capacity(const mrmgr_buf_t *buf);
-/** The buffer's MR (covering the whole capacity), or NULL without one. */
+/**
+ * The buffer's MR (covering the whole capacity), or NULL without one.
+ * @param buf  the buffer.
+ * @return the MR, or NULL.
+ */
 MRMGR_EXPORT struct ibv_mr *mrmgr_buf_mr(const mrmgr_buf_t *buf);
-/** The buffer's local key, or 0 without a registration. */
+/**
+ * The buffer's local key, or 0 without a registration.
+ * @param buf  the buffer.
+ * @return the lkey, or 0.
+ */
 static inline uint32_t mrmgr_buf_lkey(const mrmgr_buf_t *buf)
 {
 	struct ibv_mr *mr = mrmgr_buf_mr(buf);
 
 	return mr ? mr->lkey : 0;
 }
-/** The buffer's remote key, or 0 without a registration. */
+/**
+ * The buffer's remote key, or 0 without a registration.
+ * @param buf  the buffer.
+ * @return the rkey, or 0.
+ */
 static inline uint32_t mrmgr_buf_rkey(const mrmgr_buf_t *buf)
 {
 	struct ibv_mr *mr = mrmgr_buf_mr(buf);
@@ -776,6 +850,8 @@ static inline uint32_t mrmgr_buf_rkey(const mrmgr_buf_t *buf)
 /**
  * A number that changes whenever the buffer's registration (and so
  * possibly its keys or address) changes.
+ * @param buf  the buffer.
+ * @return the generation.
  */
 MRMGR_EXPORT uint64_t mrmgr_buf_generation(const mrmgr_buf_t *buf);
 
@@ -1141,6 +1217,12 @@ MRMGR_EXPORT int mrmgr_cache_create_multi(struct ibv_pd *const *pds,
  * be the cache's PD. A hit whose region already has an MR in @p pd takes
  * no lock, as mrmgr_get().
  *
+ * @param cache   the cache.
+ * @param pd      one of the cache's PDs.
+ * @param addr    as mrmgr_get().
+ * @param length  as mrmgr_get().
+ * @param access  as mrmgr_get().
+ * @param region  receives the region.
  * @return as mrmgr_get(); @c EINVAL also for a PD the cache does not
  *         serve.
  */
@@ -1152,10 +1234,18 @@ MRMGR_EXPORT int mrmgr_get_pd(mrmgr_cache_t *cache, struct ibv_pd *pd,
  * The region's MR in @p pd, or NULL when it has none there (yet). On a
  * multi-PD cache the plain accessors (mrmgr_region_mr(), _lkey, _rkey)
  * report the MR in the cache's first PD.
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @param pd      one of the cache's PDs.
+ * @return the MR in @p pd, or NULL.
  */
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr_pd(const mrmgr_region_t *region,
 					       const struct ibv_pd *pd);
-/** The region's local key in @p pd (0 without an MR there). */
+/**
+ * The region's local key in @p pd (0 without an MR there).
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @param pd      one of the cache's PDs.
+ * @return the lkey in @p pd, or 0.
+ */
 static inline uint32_t mrmgr_region_lkey_pd(const mrmgr_region_t *region,
 					    const struct ibv_pd *pd)
 {
@@ -1163,7 +1253,12 @@ static inline uint32_t mrmgr_region_lkey_pd(const mrmgr_region_t *region,
 
 	return mr ? mr->lkey : 0;
 }
-/** The region's remote key in @p pd (0 without an MR there). */
+/**
+ * The region's remote key in @p pd (0 without an MR there).
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @param pd      one of the cache's PDs.
+ * @return the rkey in @p pd, or 0.
+ */
 static inline uint32_t mrmgr_region_rkey_pd(const mrmgr_region_t *region,
 					    const struct ibv_pd *pd)
 {
@@ -1270,28 +1365,49 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *region, int fd,
 /**
  * Deregister an alias, unmap it and drop its pin (the region is
  * deregistered now if it was invalidated and nobody else holds it).
+ * @param alias  the alias (NULL: @c EINVAL).
  * @return 0 or @c EINVAL.
  */
 MRMGR_EXPORT int mrmgr_alias_destroy(mrmgr_alias_t *alias);
-/** The alias's address (its own mapping of the pages). */
+/**
+ * The alias's address (its own mapping of the pages).
+ * @param alias  the alias.
+ * @return the alias's start address.
+ */
 MRMGR_EXPORT void *mrmgr_alias_addr(const mrmgr_alias_t *alias);
-/** The alias's MR (NULL after a forced cache destruction). */
+/**
+ * The alias's MR (NULL after a forced cache destruction).
+ * @param alias  the alias.
+ * @return the MR, or NULL.
+ */
 MRMGR_EXPORT struct ibv_mr *mrmgr_alias_mr(const mrmgr_alias_t *alias);
-/** The alias's local key (0 without an MR). */
+/**
+ * The alias's local key (0 without an MR).
+ * @param alias  the alias.
+ * @return the lkey, or 0.
+ */
 static inline uint32_t mrmgr_alias_lkey(const mrmgr_alias_t *alias)
 {
 	struct ibv_mr *mr = mrmgr_alias_mr(alias);
 
 	return mr ? mr->lkey : 0;
 }
-/** The alias's remote key (0 without an MR). */
+/**
+ * The alias's remote key (0 without an MR).
+ * @param alias  the alias.
+ * @return the rkey, or 0.
+ */
 static inline uint32_t mrmgr_alias_rkey(const mrmgr_alias_t *alias)
 {
 	struct ibv_mr *mr = mrmgr_alias_mr(alias);
 
 	return mr ? mr->rkey : 0;
 }
-/** Whether the region was invalidated (or the alias forced). @return 1 or 0. */
+/**
+ * Whether the region was invalidated (or the alias forced).
+ * @param alias  the alias.
+ * @return 1 or 0.
+ */
 MRMGR_EXPORT int mrmgr_alias_revoked(const mrmgr_alias_t *alias);
 
 /** An export of a region's MR to other processes. Opaque. */
@@ -1359,7 +1475,9 @@ MRMGR_EXPORT int mrmgr_export_describe(const mrmgr_export_t *exp,
  * Whether the export was revoked: its region was invalidated (its memory
  * is no longer what was registered) or the cache was destroyed with
  * ::MRMGR_DESTROY_FORCE. Importers must stop using it; release the export
- * once they have. @return 1, 0, or 0 for NULL.
+ * once they have.
+ * @param exp  the export.
+ * @return 1, 0, or 0 for NULL.
  */
 MRMGR_EXPORT int mrmgr_export_revoked(const mrmgr_export_t *exp);
 
@@ -1367,6 +1485,7 @@ MRMGR_EXPORT int mrmgr_export_revoked(const mrmgr_export_t *exp);
  * Release an export: the region's pin is dropped (it is deregistered now
  * if it was invalidated and nobody else holds it). Importers of the MR
  * must have unimported it: their MR dies with the owner's.
+ * @param exp  the export (NULL: @c EINVAL).
  * @return 0 or @c EINVAL.
  */
 MRMGR_EXPORT int mrmgr_export_release(mrmgr_export_t *exp);
@@ -1385,16 +1504,23 @@ typedef struct mrmgr_import mrmgr_import_t;
  * calls may run concurrently from any thread; an import, like a region,
  * must not be used after its release.
  *
+ * @param cmd_fd    the exporting device's command descriptor.
+ * @param importer  receives the importer.
  * @return 0; @c EINVAL (NULL, a closed descriptor);
  *         @c EOPNOTSUPP when no provider claims the descriptor, or the
  *         device cannot import (rxe, siw);
  *         @c ENOMEM; the device's errno.
  */
 MRMGR_EXPORT int mrmgr_importer_open(int cmd_fd, mrmgr_importer_t **importer);
-/** The imported device context (to create QPs that use imported MRs). */
+/**
+ * The imported device context (to create QPs that use imported MRs).
+ * @param importer  the importer.
+ * @return its device context.
+ */
 MRMGR_EXPORT struct ibv_context *mrmgr_importer_context(const mrmgr_importer_t *importer);
 /**
  * Close an importer (ibv_close_device()).
+ * @param importer  the importer.
  * @return 0, @c EINVAL, or @c EBUSY while imports are live.
  */
 MRMGR_EXPORT int mrmgr_importer_close(mrmgr_importer_t *importer);
@@ -1416,35 +1542,69 @@ MRMGR_EXPORT int mrmgr_importer_close(mrmgr_importer_t *importer);
 MRMGR_EXPORT int mrmgr_import(mrmgr_importer_t *importer,
 			      const struct mrmgr_export_desc *desc,
 			      size_t desc_size, mrmgr_import_t **imp);
-/** Unimport (ibv_unimport_mr(); the PD when its last import goes). @return 0 or @c EINVAL. */
+/**
+ * Unimport (ibv_unimport_mr(); the PD when its last import goes).
+ * @param imp  the import (NULL: @c EINVAL).
+ * @return 0 or @c EINVAL.
+ */
 MRMGR_EXPORT int mrmgr_import_release(mrmgr_import_t *imp);
-/** The imported MR (its @c addr may be NULL: use mrmgr_import_addr()). */
+/**
+ * The imported MR (its @c addr may be NULL: use mrmgr_import_addr()).
+ * @param imp  the import.
+ * @return the imported MR.
+ */
 MRMGR_EXPORT struct ibv_mr *mrmgr_import_mr(const mrmgr_import_t *imp);
-/** The imported PD. */
+/**
+ * The imported PD.
+ * @param imp  the import.
+ * @return the imported PD.
+ */
 MRMGR_EXPORT struct ibv_pd *mrmgr_import_pd(const mrmgr_import_t *imp);
-/** The MR's local key (0 for a NULL import). */
+/**
+ * The MR's local key.
+ * @param imp  the import.
+ * @return the lkey.
+ */
 static inline uint32_t mrmgr_import_lkey(const mrmgr_import_t *imp)
 {
 	struct ibv_mr *mr = mrmgr_import_mr(imp);
 
 	return mr ? mr->lkey : 0;
 }
-/** The MR's remote key (0 for a NULL import). */
+/**
+ * The MR's remote key.
+ * @param imp  the import.
+ * @return the rkey.
+ */
 static inline uint32_t mrmgr_import_rkey(const mrmgr_import_t *imp)
 {
 	struct ibv_mr *mr = mrmgr_import_mr(imp);
 
 	return mr ? mr->rkey : 0;
 }
-/** The MR's start in the owner's address space (what SGEs and RDMA use). */
+/**
+ * The MR's start in the owner's address space (what SGEs and RDMA use).
+ * @param imp  the import.
+ * @return the address to use in SGEs and RDMA work requests.
+ */
 MRMGR_EXPORT uint64_t mrmgr_import_addr(const mrmgr_import_t *imp);
-/** The MR's length. */
+/**
+ * The MR's length.
+ * @param imp  the import.
+ * @return the length in bytes.
+ */
 MRMGR_EXPORT uint64_t mrmgr_import_length(const mrmgr_import_t *imp);
-/** The export's id (mrmgr_export_desc::export_id). */
+/**
+ * The export's id (mrmgr_export_desc::export_id).
+ * @param imp  the import.
+ * @return the export id.
+ */
 MRMGR_EXPORT uint64_t mrmgr_import_id(const mrmgr_import_t *imp);
 /**
  * Whether the owner revoked the import (told by the share client): stop
- * using it and release it. @return 1 or 0.
+ * using it and release it.
+ * @param imp  the import.
+ * @return 1 or 0.
  */
 MRMGR_EXPORT int mrmgr_import_revoked(const mrmgr_import_t *imp);
 
@@ -1528,6 +1688,9 @@ MRMGR_EXPORT int mrmgr_share_server_create(mrmgr_cache_t *cache,
  * Add a connected peer socket (the server owns it on success; on failure
  * it stays the caller's) and greet it with the device's command
  * descriptor. A peer that closes its socket detaches everything it had.
+ * @param srv   the server.
+ * @param sock  a connected UNIX-domain @c SOCK_SEQPACKET socket.
+ * @param peer  receives the peer's id, for mrmgr_share_server_offer().
  * @return 0; @c EINVAL (not a @c SOCK_SEQPACKET UNIX socket); the
  *         socket's errno.
  */
@@ -1551,7 +1714,10 @@ MRMGR_EXPORT int mrmgr_share_server_offer(mrmgr_share_server_t *srv,
 					  uint64_t *export_id);
 /**
  * Withdraw an offer: the peer is told (revoked) and the export released
- * once it has detached. @return 0 or @c ENOENT.
+ * once it has detached.
+ * @param srv        the server.
+ * @param export_id  the offer's id from mrmgr_share_server_offer().
+ * @return 0 or @c ENOENT.
  */
 MRMGR_EXPORT int mrmgr_share_server_withdraw(mrmgr_share_server_t *srv,
 					     uint64_t export_id);
@@ -1561,6 +1727,8 @@ MRMGR_EXPORT int mrmgr_share_server_withdraw(mrmgr_share_server_t *srv,
  * release exports nobody holds any more, report events. Waits up to
  * @p timeout_ms (0: do not wait, -1: forever) for something to happen.
  *
+ * @param srv         the server.
+ * @param timeout_ms  milliseconds to wait: 0 none, -1 forever.
  * @return 0 when something happened, @c ETIMEDOUT when not, or an errno.
  */
 MRMGR_EXPORT int mrmgr_share_server_progress(mrmgr_share_server_t *srv,
@@ -1568,6 +1736,9 @@ MRMGR_EXPORT int mrmgr_share_server_progress(mrmgr_share_server_t *srv,
 /**
  * Importers attached now to @p export_id (0 when it is not an offer of
  * this server).
+ * @param srv        the server.
+ * @param export_id  an offer's id.
+ * @return the number of attached importers.
  */
 MRMGR_EXPORT uint32_t mrmgr_share_server_importers(const mrmgr_share_server_t *srv,
 						   uint64_t export_id);
@@ -1576,6 +1747,8 @@ MRMGR_EXPORT uint32_t mrmgr_share_server_importers(const mrmgr_share_server_t *s
  * (and a log line per attached import) while peers are attached; with it
  * the peers are told that everything is revoked and every export is
  * released at once (importers' MRs die).
+ * @param srv    the server.
+ * @param flags  0 or ::MRMGR_DESTROY_FORCE.
  * @return 0, @c EINVAL or @c EBUSY.
  */
 MRMGR_EXPORT int mrmgr_share_server_destroy(mrmgr_share_server_t *srv,
@@ -1588,6 +1761,9 @@ MRMGR_EXPORT int mrmgr_share_server_destroy(mrmgr_share_server_t *srv,
  * open an importer on its command descriptor.
  * Thread safety: one thread drives a client.
  *
+ * @param sock        a connected UNIX-domain @c SOCK_SEQPACKET socket to a share server.
+ * @param timeout_ms  milliseconds to wait for the greeting, -1 forever.
+ * @param cli         receives the client.
  * @return 0; @c EINVAL; @c ETIMEDOUT; @c EPROTO (not a share server);
  *         @c EOPNOTSUPP (the device cannot import: rxe, siw); as
  *         mrmgr_importer_open().
@@ -1598,6 +1774,9 @@ MRMGR_EXPORT int mrmgr_share_client_create(int sock, int timeout_ms,
  * Wait up to @p timeout_ms (0: poll, -1: forever) for the next event:
  * an offer imported (and attached) or failed, an import revoked, the
  * owner gone.
+ * @param cli         the client.
+ * @param timeout_ms  milliseconds to wait: 0 poll, -1 forever.
+ * @param ev          receives the event.
  * @return 0 with @p ev filled, @c ETIMEDOUT, or an errno.
  */
 MRMGR_EXPORT int mrmgr_share_client_wait(mrmgr_share_client_t *cli,
@@ -1605,23 +1784,38 @@ MRMGR_EXPORT int mrmgr_share_client_wait(mrmgr_share_client_t *cli,
 					 struct mrmgr_share_event *ev);
 /**
  * Release an import and tell the owner (detach).
+ * @param cli  the client.
+ * @param imp  an import the client made.
  * @return 0 or @c EINVAL.
  */
 MRMGR_EXPORT int mrmgr_share_client_release(mrmgr_share_client_t *cli,
 					    mrmgr_import_t *imp);
-/** The importer (its device context, for QPs). */
+/**
+ * The importer (its device context, for QPs).
+ * @param cli  the client.
+ * @return its importer.
+ */
 MRMGR_EXPORT mrmgr_importer_t *mrmgr_share_client_importer(const mrmgr_share_client_t *cli);
-/** The client's socket, to wait on with poll() (readable: call wait). */
+/**
+ * The client's socket, to wait on with poll() (readable: call wait).
+ * @param cli  the client.
+ * @return the socket descriptor (still owned by the client).
+ */
 MRMGR_EXPORT int mrmgr_share_client_fd(const mrmgr_share_client_t *cli);
 /**
  * Destroy a client: every import is released (the owner told), the
- * importer closed, the socket closed. @return 0 or @c EINVAL.
+ * importer closed, the socket closed.
+ * @param cli  the client.
+ * @return 0 or @c EINVAL.
  */
 MRMGR_EXPORT int mrmgr_share_client_destroy(mrmgr_share_client_t *cli);
 
 /** @} */
 
-/** The library's version, e.g. "1.0.0". */
+/**
+ * The library's version, e.g. "1.0.0".
+ * @return a static string; never NULL.
+ */
 MRMGR_EXPORT const char *mrmgr_version_string(void);
 
 /** Log levels, most severe first. */
@@ -1643,6 +1837,9 @@ typedef void (*mrmgr_log_fn)(enum mrmgr_log_level level, const char *msg,
  * Route log lines at or above @p max_level to @p fn (NULL restores the
  * default: standard error, at the level given by @c MRMGR_LOG_LEVEL,
  * default warn). Process-wide.
+ * @param fn         the handler, or NULL for the default.
+ * @param arg        passed to @p fn with every line.
+ * @param max_level  the least severe level passed on.
  */
 MRMGR_EXPORT void mrmgr_set_log_handler(mrmgr_log_fn fn, void *arg,
 					enum mrmgr_log_level max_level);

@@ -144,6 +144,8 @@ struct mrmgr_sim_attr {
 
 /**
  * Open a simulated device.
+ * @param attr  attributes (struct mrmgr_sim_attr), or NULL for the defaults.
+ * @param ctx   receives the simulated device context.
  * @return 0, @c EINVAL (NULL @p ctx, unknown mask/flag bits or
  *         personality), or @c ENOMEM.
  */
@@ -151,13 +153,23 @@ MRMGR_EXPORT int mrmgr_sim_open(const struct mrmgr_sim_attr *attr,
 				struct ibv_context **ctx);
 /**
  * Close a simulated device.
+ * @param ctx  a context from mrmgr_sim_open() or mrmgr_sim_import_device().
  * @return 0, @c EINVAL, or @c EBUSY while PDs or MRs are still allocated.
  */
 MRMGR_EXPORT int mrmgr_sim_close(struct ibv_context *ctx);
-/** Allocate a protection domain. @return 0, @c EINVAL or @c ENOMEM. */
+/**
+ * Allocate a protection domain.
+ * @param ctx  a simulated device context.
+ * @param pd   receives the PD.
+ * @return 0, @c EINVAL or @c ENOMEM.
+ */
 MRMGR_EXPORT int mrmgr_sim_alloc_pd(struct ibv_context *ctx,
 				    struct ibv_pd **pd);
-/** Free a PD. @return 0, @c EINVAL, or @c EBUSY while MRs use it. */
+/**
+ * Free a PD.
+ * @param pd  a PD from mrmgr_sim_alloc_pd() (or an imported one).
+ * @return 0, @c EINVAL, or @c EBUSY while MRs use it.
+ */
 MRMGR_EXPORT int mrmgr_sim_dealloc_pd(struct ibv_pd *pd);
 
 /**
@@ -173,11 +185,21 @@ MRMGR_EXPORT int mrmgr_sim_dealloc_pd(struct ibv_pd *pd);
  * show at fault time). @p addr NULL with @p length @c SIZE_MAX registers
  * an implicit ODP MR covering the whole address space (@c EINVAL under
  * ::MRMGR_SIM_FLAG_NO_IMPLICIT_ODP). Registration costs only @c reg_ns.
+ * @param pd      a simulated PD.
+ * @param addr    start of the memory (NULL only for implicit ODP).
+ * @param length  bytes (@c SIZE_MAX only for implicit ODP).
+ * @param access  @c ibv_access_flags.
+ * @param mr      receives the MR.
+ * @return 0 or one of the errno values above.
  */
 MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
 				  size_t length, unsigned int access,
 				  struct ibv_mr **mr);
-/** Deregister; unpins and frees the keys. @return 0 or @c EINVAL. */
+/**
+ * Deregister; unpins and frees the keys.
+ * @param mr  an MR from mrmgr_sim_reg_mr().
+ * @return 0 or @c EINVAL.
+ */
 MRMGR_EXPORT int mrmgr_sim_dereg_mr(struct ibv_mr *mr);
 
 /**
@@ -228,6 +250,11 @@ MRMGR_EXPORT int mrmgr_sim_rereg_mr(struct ibv_mr *mr, int flags,
  * A simulated RDMA WRITE of @p len bytes from @p src to @p remote_addr
  * through @p rkey, as a remote peer in @p pd's context would issue it.
  *
+ * @param pd           the PD of the QP the peer would write through.
+ * @param rkey         the remote key.
+ * @param remote_addr  the target address in the registered range.
+ * @param src          the bytes to write.
+ * @param len          how many, at least 1.
  * @return 0; @c EINVAL for NULL or zero-length arguments; @c ENOENT when
  *   @p rkey names no live MR of that PD; @c ERANGE outside the MR's bounds;
  *   @c EACCES when the MR lacks REMOTE_WRITE; @c ESTALE (and the
@@ -237,7 +264,15 @@ MRMGR_EXPORT int mrmgr_sim_rereg_mr(struct ibv_mr *mr, int flags,
 MRMGR_EXPORT int mrmgr_sim_write(struct ibv_pd *pd, uint32_t rkey,
 				 uint64_t remote_addr, const void *src,
 				 size_t len);
-/** A simulated RDMA READ; errors as mrmgr_sim_write(), REMOTE_READ needed. */
+/**
+ * A simulated RDMA READ; errors as mrmgr_sim_write(), REMOTE_READ needed.
+ * @param pd           as mrmgr_sim_write().
+ * @param rkey         the remote key.
+ * @param remote_addr  the source address in the registered range.
+ * @param dst          receives the bytes.
+ * @param len          how many, at least 1.
+ * @return 0 or an errno as mrmgr_sim_write(); nothing is read on error.
+ */
 MRMGR_EXPORT int mrmgr_sim_read(struct ibv_pd *pd, uint32_t rkey,
 				uint64_t remote_addr, void *dst, size_t len);
 
@@ -272,6 +307,12 @@ MRMGR_EXPORT int mrmgr_sim_read(struct ibv_pd *pd, uint32_t rkey,
  * @c IBV_ADVISE_MR_FLAG_FLUSH page-in failures are @c EFAULT and the
  * caller pays odp_prefetch_ns_per_page per page; without it failures are
  * ignored (best effort) and the caller pays nothing.
+ * @param pd       a simulated PD.
+ * @param advice   @c IBV_ADVISE_MR_ADVICE_PREFETCH, @c _PREFETCH_WRITE or @c _PREFETCH_NO_FAULT.
+ * @param flags    0 or @c IBV_ADVISE_MR_FLAG_FLUSH.
+ * @param sg_list  the ranges, each with the lkey of an ODP MR of @p pd.
+ * @param num_sge  entries in @p sg_list.
+ * @return 0 or one of the errno values above.
  */
 MRMGR_EXPORT int mrmgr_sim_advise_mr(struct ibv_pd *pd,
 				     enum ibv_advise_mr_advice advice,
@@ -333,11 +374,17 @@ struct mrmgr_sim_fault {
 
 /**
  * Arm a fault. Several may be armed; the first that fires wins.
+ * @param ctx    a simulated device context.
+ * @param fault  the fault to arm (copied).
  * @return 0, @c EINVAL, or @c ENOSPC when too many are armed (16).
  */
 MRMGR_EXPORT int mrmgr_sim_inject_fault(struct ibv_context *ctx,
 					const struct mrmgr_sim_fault *fault);
-/** Disarm every fault. @return 0 or @c EINVAL. */
+/**
+ * Disarm every fault.
+ * @param ctx  a simulated device context.
+ * @return 0 or @c EINVAL.
+ */
 MRMGR_EXPORT int mrmgr_sim_clear_faults(struct ibv_context *ctx);
 
 /** Device statistics; fields are only ever added at the end. */
@@ -380,6 +427,9 @@ struct mrmgr_sim_stats {
 
 /**
  * Copy the device's statistics (at most @p size bytes).
+ * @param ctx    a simulated device context.
+ * @param stats  receives the statistics.
+ * @param size   @c sizeof(struct mrmgr_sim_stats) as the caller was built.
  * @return 0 or @c EINVAL.
  */
 MRMGR_EXPORT int mrmgr_sim_query_stats(struct ibv_context *ctx,
@@ -407,6 +457,8 @@ MRMGR_EXPORT int mrmgr_sim_query_stats(struct ibv_context *ctx,
  * simulated context, received with @c SCM_RIGHTS or dup()ed), like
  * ibv_import_device(): the new context owns @p cmd_fd on success and
  * closes it in mrmgr_sim_close(); on failure it stays the caller's.
+ * @param cmd_fd  the owner's command descriptor.
+ * @param ctx     receives the importing context.
  * @return 0; @c EINVAL when @p cmd_fd is not a simulated device's;
  *   @c EOPNOTSUPP for the rxe personality; @c ENOMEM.
  */
@@ -415,23 +467,38 @@ MRMGR_EXPORT int mrmgr_sim_import_device(int cmd_fd, struct ibv_context **ctx);
  * Import the owner's PD @p pd_handle into a context from
  * mrmgr_sim_import_device(). Free it with mrmgr_sim_unimport_pd() (or
  * mrmgr_sim_dealloc_pd(), which for an imported PD only unimports).
+ * @param ctx        a context from mrmgr_sim_import_device().
+ * @param pd_handle  the owner's PD handle.
+ * @param pd         receives the imported PD.
  * @return 0; @c EINVAL (not an imported context, NULL); @c ENOENT (no
  *   such PD in the owner); @c EOPNOTSUPP (rxe personality); an injected
  *   error (::MRMGR_SIM_OP_IMPORT).
  */
 MRMGR_EXPORT int mrmgr_sim_import_pd(struct ibv_context *ctx,
 				     uint32_t pd_handle, struct ibv_pd **pd);
-/** Forget an imported PD. @return 0, @c EINVAL, or @c EBUSY while imported MRs use it. */
+/**
+ * Forget an imported PD.
+ * @param pd  a PD from mrmgr_sim_import_pd().
+ * @return 0, @c EINVAL, or @c EBUSY while imported MRs use it.
+ */
 MRMGR_EXPORT int mrmgr_sim_unimport_pd(struct ibv_pd *pd);
 /**
  * Import the owner's MR @p mr_handle into an imported PD (the MR must be
  * in that PD). The MR has the owner's handle, keys and length, @c addr
- * NULL. @return 0; @c EINVAL; @c ENOENT (no such live MR);
+ * NULL.
+ * @param pd         a PD from mrmgr_sim_import_pd().
+ * @param mr_handle  the owner's MR handle.
+ * @param mr         receives the imported MR.
+ * @return 0; @c EINVAL; @c ENOENT (no such live MR);
  *   @c EOPNOTSUPP; an injected error.
  */
 MRMGR_EXPORT int mrmgr_sim_import_mr(struct ibv_pd *pd, uint32_t mr_handle,
 				     struct ibv_mr **mr);
-/** Forget an imported MR (the owner's MR is not affected). @return 0 or @c EINVAL. */
+/**
+ * Forget an imported MR (the owner's MR is not affected).
+ * @param mr  an MR from mrmgr_sim_import_mr().
+ * @return 0 or @c EINVAL.
+ */
 MRMGR_EXPORT int mrmgr_sim_unimport_mr(struct ibv_mr *mr);
 
 /** @} */

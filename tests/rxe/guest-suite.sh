@@ -97,6 +97,17 @@ EXPECT='^fallback: ' run_example examples/odp_prefetch ./examples/odp_prefetch
 EXPECT='^share set: 2 MRs' run_example examples/shared_mr ./examples/shared_mr
 # rxe has no ibv_import_*: the example must say so, and exit 0.
 EXPECT='^export: not supported on ' run_example examples/export_import ./examples/export_import
+# Two MPI ranks (Open MPI, shared memory and TCP: MPI stays off the
+# device) bootstrap an RC QP pair on rxe0 and move data with RDMA through
+# libmrmgr's buffers: reused, grown, remapped, moved; every byte checked.
+# Built only where configure found MPI (the same command as
+# tests/mpi/mpi_rdma.sh, which the source tree may not show the guest).
+if [ -x examples/mpi_rdma ]; then
+	EXPECT='^mpi_rdma: 12 rounds, .* every byte as expected' \
+		run_example examples/mpi_rdma mpirun --allow-run-as-root \
+		--oversubscribe -np 2 --mca pml ob1 --mca btl self,vader,tcp \
+		--mca btl_vader_single_copy_mechanism none ./examples/mpi_rdma
+fi
 
 # README's "Using it" program (tests/consumer/readme, extracted from
 # README.md): on the first device, two gets, exit 0.
