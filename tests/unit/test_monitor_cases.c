@@ -753,6 +753,51 @@ Test(retry, descriptor_shortage_is_retried, .timeout = 60)
 	munmap(q, 64 * PAGE);
 }
 
+/* ------------------------------------------------------------ what is lost */
+
+static int not_watched_warnings;
+
+static void count_warnings(enum mrmgr_log_level level, const char *msg,
+			   void *arg)
+{
+	(void)arg;
+	if (level <= MRMGR_LOG_WARN && strstr(msg, "is not watched"))
+		not_watched_warnings++;
+}
+
+/* A get nothing can watch says so once per cause, as a warning (not only
+ * at debug level), and the monitor report names the cause. */
+Test(lost, one_warning_per_cause_and_the_cause_named)
+{
+	struct fixture f;
+	char *sh = mmap(NULL, 16 * PAGE, PROT_READ | PROT_WRITE,
+			MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct mrmgr_monitor_info m;
+	mrmgr_region_t *r;
+
+	cr_assert_neq(sh, MAP_FAILED);
+	memset(sh, 1, 16 * PAGE);
+	mrmgr_set_log_handler(count_warnings, NULL, MRMGR_LOG_WARN);
+	fx_open(&f, NULL, &big);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(mrmgr_get(f.cache, sh + i * PAGE, PAGE, RW, &r), 0);
+		mrmgr_put(r);
+	}
+	m = minfo(f.cache);
+	mrmgr_set_log_handler(NULL, NULL, MRMGR_LOG_WARN);
+	cr_assert_eq(m.unwatched, 3);
+	if (m.sources) {
+		cr_assert(m.unwatched_causes & MRMGR_MONITOR_UNWATCHED_SHARED);
+		cr_assert_eq(m.unwatched_error, EPERM);
+	} else {
+		cr_assert(m.unwatched_causes & MRMGR_MONITOR_UNWATCHED_NO_SOURCE);
+	}
+	cr_assert_eq(not_watched_warnings, 1, "one warning for one cause, "
+		     "got %d", not_watched_warnings);
+	fx_close(&f);
+	munmap(sh, 16 * PAGE);
+}
+
 /* ------------------------------------------------------------ the window */
 
 #ifdef MRMGR_TEST_INTERNAL
