@@ -61,6 +61,7 @@
  */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "monitor.h"
@@ -158,4 +159,20 @@ int mrmgr__mon_change_in_flight(uint64_t start, uint64_t last)
 			return 1;
 	}
 	return 0;
+}
+
+void mrmgr__mon_change_fork_child(void)
+{
+	/* Only the forking thread exists in the child: the changes other
+	 * threads had in flight will never end here. */
+	for (unsigned int i = 0; i < CHANGE_SLOTS; i++)
+		__atomic_store_n(&slots[i].state, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&no_slot, 0, __ATOMIC_SEQ_CST);
+}
+
+/* At load, before any change can be in flight: a fork child must not
+ * inherit another thread's slot, cache or no cache. */
+__attribute__((constructor)) static void change_atfork(void)
+{
+	(void)pthread_atfork(NULL, NULL, mrmgr__mon_change_fork_child);
 }

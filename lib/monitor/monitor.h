@@ -75,6 +75,8 @@ void mrmgr__mon_change_begin(uint64_t start, uint64_t last);
 void mrmgr__mon_change_end(uint64_t start, uint64_t last);
 /* Whether a change overlapping [start, last] is between begin and end. */
 int mrmgr__mon_change_in_flight(uint64_t start, uint64_t last);
+/* In a fork child: no change of another thread is in flight there. */
+void mrmgr__mon_change_fork_child(void);
 extern uint64_t mrmgr__mon_change_count;
 
 /*

@@ -37,6 +37,7 @@
 #include <sys/resource.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "monitor_helpers.h"
@@ -879,5 +880,38 @@ Test(window, slots_overflow_conservatively)
 	fx_close(&f);
 	munmap(p, 16 * PAGE);
 	munmap(q, 100 * PAGE);
+}
+
+/* A fork child does not inherit changes in flight in its parent (their
+ * threads do not exist there): it caches again. */
+Test(window, fork_child_starts_with_no_change_in_flight)
+{
+	char *p = map_rw(16 * PAGE, 1);
+	pid_t pid;
+	int st;
+
+	change_begin(p, 16 * PAGE);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct fixture f;
+		struct mrmgr_cache_attr a = big;
+		mrmgr_region_t *r;
+		int cached;
+
+		a.comp_mask |= MRMGR_CACHE_ATTR_MONITOR;
+		a.monitor = MRMGR_MONITOR_EXTERNAL;
+		fx_open(&f, NULL, &a);
+		mrmgr_get(f.cache, p, 16 * PAGE, RW, &r);
+		mrmgr_put(r);
+		cached = sstats(f.ctx).live_mrs == 1;
+		fx_close(&f);
+		_exit(cached ? 0 : 1);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	change_end(p, 16 * PAGE);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the child did not cache: a parent's change stayed in flight");
+	munmap(p, 16 * PAGE);
 }
 #endif
