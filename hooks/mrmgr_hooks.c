@@ -13,7 +13,7 @@
  * no run-time code patching, so nothing races with running threads.
  *
  *   munmap, mmap/mmap64 with MAP_FIXED, mremap, madvise(DONTNEED, FREE,
- *   REMOVE, DONTNEED_LOCKED), brk, sbrk, shmdt;
+ *   REMOVE, DONTNEED_LOCKED, GUARD_INSTALL), brk, sbrk, shmdt;
  *   free, realloc, reallocarray of glibc chunks glibc mmap'd (glibc
  *   unmaps those with internal calls no interposer can see);
  *   malloc_trim (reported as "everything changed").
@@ -57,6 +57,9 @@
 
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24
+#endif
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102 /* Linux 6.13: zaps the pages it guards */
 #endif
 
 extern void __libc_free(void *);
@@ -252,7 +255,8 @@ EXPORT int madvise(void *a, size_t l, int advice)
 	int r;
 
 	int discard = advice == MADV_DONTNEED || advice == MADV_FREE ||
-		      advice == MADV_REMOVE || advice == MADV_DONTNEED_LOCKED;
+		      advice == MADV_REMOVE || advice == MADV_DONTNEED_LOCKED ||
+		      advice == MADV_GUARD_INSTALL;
 
 	resolve();
 	if (discard)

@@ -406,6 +406,7 @@ enum mrmgr_monitor_source {
 	MRMGR_MONITOR_SRC_UFFD = 1u << 0,     /**< userfaultfd is running */
 	MRMGR_MONITOR_SRC_HOOKS = 1u << 1,    /**< libmrmgr_hooks.so passed its self-test */
 	MRMGR_MONITOR_SRC_EXTERNAL = 1u << 2, /**< the cache trusts mrmgr_notify_unmap() */
+	MRMGR_MONITOR_SRC_PATCH = 1u << 3,    /**< libc's entry points patched in the process */
 };
 
 /**

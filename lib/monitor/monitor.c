@@ -297,7 +297,7 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
 					   size_t size)
 {
 	struct mrmgr_monitor_info m;
-	int ustate, hstate, uerr, herr;
+	int ustate, hstate, uerr, herr, patch;
 
 	if (!c || !info || !size) {
 		mrmgr__err("mrmgr_cache_query_monitor: %s",
@@ -324,6 +324,7 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
 	ustate = mrmgr__uffd_state(&uerr, &m.uffd_flags, &m.uffd_features);
 	hstate = H.state;
 	herr = H.state == SRC_ACTIVE ? 0 : H.err;
+	patch = m.mode == MRMGR_MONITOR_AUTO && patch_active();
 	if (mrmgr__vma_uses_query())
 		m.uffd_flags |= MRMGR_MONITOR_UFFD_PROCMAP_QUERY;
 	mrmgr__watch_stats(&m.watched_ranges, &m.watched_runs, &m.watch_budget);
@@ -331,12 +332,19 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
 
 	m.uffd_error = uerr;
 	m.hooks_error = herr;
-	if (ustate == SRC_ACTIVE &&
-	    (m.mode == MRMGR_MONITOR_AUTO || m.mode == MRMGR_MONITOR_UFFD))
-		m.sources |= MRMGR_MONITOR_SRC_UFFD;
-	if (hstate == SRC_ACTIVE &&
+	/* What watch.c relies on for this mode: auto takes the patched libc,
+	 * else the hooks, and userfaultfd only in a build without the patch
+	 * source when the hooks do not report both sides. */
+	if (patch)
+		m.sources |= MRMGR_MONITOR_SRC_PATCH;
+	if (hstate == SRC_ACTIVE && !patch &&
 	    (m.mode == MRMGR_MONITOR_AUTO || m.mode == MRMGR_MONITOR_HOOKS))
 		m.sources |= MRMGR_MONITOR_SRC_HOOKS;
+	if (ustate == SRC_ACTIVE &&
+	    (m.mode == MRMGR_MONITOR_UFFD ||
+	     (m.mode == MRMGR_MONITOR_AUTO && !mrmgr__patch_start &&
+	      !(hstate == SRC_ACTIVE && mrmgr_hooks_bind))))
+		m.sources |= MRMGR_MONITOR_SRC_UFFD;
 	if (m.mode == MRMGR_MONITOR_EXTERNAL)
 		m.sources |= MRMGR_MONITOR_SRC_EXTERNAL;
 	m.uffd_events = __atomic_load_n(&mrmgr__mon_uffd_events, __ATOMIC_RELAXED);

@@ -520,6 +520,83 @@ Test(cases, failed_madvise_discarded_part)
 	munmap(p + 32 * PAGE, 16 * PAGE);
 }
 
+/* ------------------------------------------------------------ case 5 */
+
+#ifndef SHM_REMAP
+#define SHM_REMAP 040000
+#endif
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#define MADV_GUARD_REMOVE 103
+#endif
+
+/* A SysV segment attached over cached anonymous memory (SHM_REMAP): the
+ * next get must not return the old registration. */
+Test(cases, shmat_shm_remap_over_cached_memory)
+{
+	struct fixture f;
+	char *p = map_rw(16 * PAGE, 1), *s;
+	mrmgr_region_t *r;
+	int id;
+
+	need_identity();
+	fx_open(&f, NULL, &big);
+	if (!(minfo(f.cache).sources & MRMGR_MONITOR_SRC_PATCH)) {
+		uint32_t src = minfo(f.cache).sources;
+
+		fx_close(&f);
+		cr_skip_test("sources %#x: neither userfaultfd nor the hooks see "
+			     "shmat(SHM_REMAP); the patched libc does", src);
+	}
+	cr_assert_eq(mrmgr_get(f.cache, p, 16 * PAGE, RW, &r), 0);
+	mrmgr_put(r);
+	id = shmget(IPC_PRIVATE, 16 * PAGE, IPC_CREAT | 0600);
+	cr_assert_geq(id, 0);
+	s = shmat(id, p, SHM_REMAP);
+	cr_assert_eq(s, p, "shmat(SHM_REMAP): %s", strerror(errno));
+	memset(s, 2, 16 * PAGE);
+	cr_assert_eq(mrmgr_get(f.cache, s, 16 * PAGE, RW, &r), 0);
+	cr_assert_eq(write_at(&f, r, s, 's'), 0, "stale after shmat(SHM_REMAP)");
+	mrmgr_put(r);
+	cr_assert_eq(shmdt(s), 0);
+	shmctl(id, IPC_RMID, NULL);
+	fx_close(&f);
+}
+
+/* MADV_GUARD_INSTALL (Linux 6.13) zaps the pages under the guard; after
+ * MADV_GUARD_REMOVE new zero pages come: a get must register them.
+ * userfaultfd raises no event for it. */
+Test(cases, madv_guard_install_over_cached_memory)
+{
+	struct fixture f;
+	char *p = map_rw(16 * PAGE, 1);
+	mrmgr_region_t *r;
+
+	need_identity();
+	if (madvise(p + 15 * PAGE, PAGE, MADV_GUARD_INSTALL)) {
+		munmap(p, 16 * PAGE);
+		cr_skip_test("MADV_GUARD_INSTALL: %s (Linux 6.13+)", strerror(errno));
+	}
+	cr_assert_eq(madvise(p + 15 * PAGE, PAGE, MADV_GUARD_REMOVE), 0);
+	memset(p, 1, 16 * PAGE);
+	fx_open(&f, NULL, &big);
+	if (minfo(f.cache).sources == MRMGR_MONITOR_SRC_UFFD) {
+		fx_close(&f);
+		cr_skip_test("userfaultfd raises no event for MADV_GUARD_INSTALL; "
+			     "the patched libc (and the hooks) report it");
+	}
+	cr_assert_eq(mrmgr_get(f.cache, p, 16 * PAGE, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(madvise(p, 16 * PAGE, MADV_GUARD_INSTALL), 0);
+	cr_assert_eq(madvise(p, 16 * PAGE, MADV_GUARD_REMOVE), 0);
+	memset(p, 2, 16 * PAGE);
+	cr_assert_eq(mrmgr_get(f.cache, p, 16 * PAGE, RW, &r), 0);
+	cr_assert_eq(write_at(&f, r, p, 'g'), 0, "stale after MADV_GUARD_INSTALL");
+	mrmgr_put(r);
+	fx_close(&f);
+	munmap(p, 16 * PAGE);
+}
+
 /* ------------------------------------------------------------ case 6 */
 
 /*
