@@ -154,6 +154,29 @@ static double run_once(const struct variant *v, int doubling, size_t steps,
 	return (t1 - t0) / (double)steps;
 }
 
+/* Which memory-event mode the get rows ran under: headroom depends on it. */
+static void monitor_line(void)
+{
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	mrmgr_cache_t *cache;
+	struct mrmgr_monitor_info m;
+	static const char *const modes[] = { "auto", "uffd", "hooks",
+					     "external", "none" };
+
+	if (mrmgr_sim_open(NULL, &ctx) || mrmgr_sim_alloc_pd(ctx, &pd) ||
+	    mrmgr_cache_create(pd, NULL, &cache))
+		die("setup", EIO);
+	memset(&m, 0, sizeof(m));
+	mrmgr_cache_query_monitor(cache, &m, sizeof(m));
+	printf("monitor mode %s, sources %#x (1 userfaultfd, 2 hooks, 4 "
+	       "external; headroom is off under userfaultfd alone)\n",
+	       m.mode < 5 ? modes[m.mode] : "?", m.sources);
+	mrmgr_cache_destroy(cache);
+	mrmgr_sim_dealloc_pd(pd);
+	mrmgr_sim_close(ctx);
+}
+
 static void run(const struct variant *v, int doubling, size_t steps,
 		unsigned int repeat)
 {
@@ -203,9 +226,10 @@ int main(int argc, char **argv)
 	if (steps < 2)
 		steps = 2;
 	printf("libmrmgr %s, simulated HCA, registration cost 10 us + 100 ns/page\n"
-	       "doubling: 4 KiB -> 64 MiB (15 steps); linear: 4 KiB x %zu\n\n",
+	       "doubling: 4 KiB -> 64 MiB (15 steps); linear: 4 KiB x %zu\n",
 	       mrmgr_version_string(), steps);
-	printf("| pattern   | variant                    | reg    | rereg  | pages reg.   | x final| cache peak MiB | x final | device peak MiB | x final | ns/step    |\n");
+	monitor_line();
+	printf("\n| pattern   | variant                    | reg    | rereg  | pages reg.   | x final| cache peak MiB | x final | device peak MiB | x final | ns/step    |\n");
 	printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 	for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++)
 		run(&variants[v], 1, GROWTH_DOUBLING_STEPS, repeat);

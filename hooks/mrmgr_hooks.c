@@ -4,13 +4,16 @@
  * vm.unprivileged_userfaultfd on kernels before 5.11).
  *
  * It interposes the libc calls that unmap, move or discard memory and
- * reports each change with mrmgr_notify_unmap() after the call returns.
+ * reports each change on both sides: before the system call and after it
+ * returned, success or not, through the change functions libmrmgr binds
+ * (mrmgr_hooks_bind(), hooks_abi.h) when it starts using the hooks;
+ * until then, with mrmgr_notify_unmap() after the call.
  * Interposition is plain symbol lookup order: the library must be in the
  * global scope ahead of libc (LD_PRELOAD, or linked before libc). There is
  * no run-time code patching, so nothing races with running threads.
  *
  *   munmap, mmap/mmap64 with MAP_FIXED, mremap, madvise(DONTNEED, FREE,
- *   REMOVE, DONTNEED_LOCKED), brk, sbrk, shmdt;
+ *   REMOVE, DONTNEED_LOCKED, GUARD_INSTALL), brk, sbrk, shmdt;
  *   free, realloc, reallocarray of glibc chunks glibc mmap'd (glibc
  *   unmaps those with internal calls no interposer can see);
  *   malloc_trim (reported as "everything changed").
@@ -56,6 +59,9 @@
 
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24
+#endif
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102 /* Linux 6.13: zaps the pages it guards */
 #endif
 
 extern void __libc_free(void *);
@@ -152,6 +158,51 @@ EXPORT unsigned int mrmgr_hooks_info(void)
 	return __atomic_load_n(&info, __ATOMIC_ACQUIRE);
 }
 
+static const struct mrmgr__hooks_ops *ops;
+
+EXPORT void mrmgr_hooks_bind(const struct mrmgr__hooks_ops *o)
+{
+	__atomic_store_n(&ops, o, __ATOMIC_RELEASE);
+}
+
+/* [addr, addr + len) as inclusive 4 KiB granules; 0 when empty/wrapping. */
+static int span(const void *addr, size_t len, uint64_t *s, uint64_t *l)
+{
+	uint64_t a = (uintptr_t)addr;
+
+	if (!len || a + (len - 1) < a)
+		return 0;
+	*s = a & ~(uint64_t)4095;
+	*l = (a + (len - 1)) | 4095;
+	return 1;
+}
+
+/* Before the system call that may release [addr, addr + len). */
+static void before(const void *addr, size_t len)
+{
+	const struct mrmgr__hooks_ops *o = __atomic_load_n(&ops, __ATOMIC_ACQUIRE);
+	uint64_t s, l;
+
+	if (o && span(addr, len, &s, &l))
+		o->change_begin(s, l);
+}
+
+/* After it, with the same range, whatever it returned (changed says
+ * whether it may have released anything, for the one-sided report). */
+static void after(const void *addr, size_t len, int changed)
+{
+	const struct mrmgr__hooks_ops *o = __atomic_load_n(&ops, __ATOMIC_ACQUIRE);
+	uint64_t s, l;
+
+	if (o) {
+		if (span(addr, len, &s, &l))
+			o->change_end(s, l);
+	} else if (changed && len) {
+		(void)mrmgr_notify_unmap((void *)(uintptr_t)addr, len);
+	}
+}
+
+/* A change seen only after the fact (a main-arena trim inside free()). */
 static void report(const void *addr, size_t len)
 {
 	if (len)
@@ -169,12 +220,17 @@ static void *do_mmap(void *a, size_t l, int prot, int flags, int fd, off_t off)
 {
 	void *p;
 
+	/* MAP_FIXED replaces what was there; MAP_FIXED_NOREPLACE cannot. */
+	int fixed = !!(flags & MAP_FIXED);
+
 	resolve();
+	if (fixed)
+		before(a, l);
 	p = real_mmap ? real_mmap(a, l, prot, flags, fd, off)
 		      : (void *)syscall(SYS_mmap, a, l, prot, flags, fd, off);
-	/* MAP_FIXED replaces what was there; MAP_FIXED_NOREPLACE cannot. */
-	if (p != MAP_FAILED && (flags & MAP_FIXED))
-		report(p, l);
+	/* A failed MAP_FIXED may have unmapped the old mapping already. */
+	if (fixed)
+		after(a, l, 1);
 	return p;
 }
 
@@ -193,9 +249,9 @@ EXPORT int munmap(void *a, size_t l)
 	int r;
 
 	resolve();
+	before(a, l);
 	r = real_munmap ? real_munmap(a, l) : (int)syscall(SYS_munmap, a, l);
-	if (r == 0)
-		report(a, l);
+	after(a, l, r == 0);
 	return r;
 }
 
@@ -210,16 +266,18 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
 		va_end(ap);
 	}
 	resolve();
+	/* Before: the old range may move away (or shrink), and whatever is
+	 * at a fixed destination is unmapped. */
+	before(old, old_len);
+	if (flags & MREMAP_FIXED)
+		before(dest, new_len);
 	p = real_mremap ? real_mremap(old, old_len, new_len, flags, dest)
 			: (void *)syscall(SYS_mremap, old, old_len, new_len, flags, dest);
-	if (p == MAP_FAILED)
-		return p;
-	if (p != old)   /* moved (or MREMAP_DONTUNMAP): the old pages left */
-		report(old, old_len);
-	else if (new_len < old_len)
-		report((char *)old + new_len, old_len - new_len);
-	if (flags & MREMAP_FIXED) /* whatever was at dest was unmapped */
-		report(p, new_len);
+	if (flags & MREMAP_FIXED)
+		after(dest, new_len, p != MAP_FAILED);
+	/* Grown or kept in place: the pages stayed; the end's push costs an
+	 * invalidation, never correctness. */
+	after(old, old_len, p != MAP_FAILED && (p != old || new_len < old_len));
 	return p;
 }
 
@@ -227,28 +285,38 @@ EXPORT int madvise(void *a, size_t l, int advice)
 {
 	int r;
 
+	int discard = advice == MADV_DONTNEED || advice == MADV_FREE ||
+		      advice == MADV_REMOVE || advice == MADV_DONTNEED_LOCKED ||
+		      advice == MADV_GUARD_INSTALL;
+
 	resolve();
+	if (discard)
+		before(a, l);
 	r = real_madvise ? real_madvise(a, l, advice)
 			 : (int)syscall(SYS_madvise, a, l, advice);
-	if (r == 0 && (advice == MADV_DONTNEED || advice == MADV_FREE ||
-		       advice == MADV_REMOVE || advice == MADV_DONTNEED_LOCKED))
-		report(a, l);
+	/* Even when it failed: ENOMEM/EINVAL come after part of the range
+	 * was discarded already. */
+	if (discard)
+		after(a, l, 1);
 	return r;
 }
 
 EXPORT int brk(void *a)
 {
-	char *before, *after;
+	char *old;
+	size_t shrink;
 	int r;
 
 	resolve();
 	if (!real_brk || !real_sbrk)
 		return -1;
-	before = real_sbrk(0);
+	old = real_sbrk(0);
+	shrink = (char *)a < old ? (size_t)(old - (char *)a) : 0;
+	if (shrink)
+		before(a, shrink);
 	r = real_brk(a);
-	after = real_sbrk(0);
-	if (r == 0 && after < before)
-		report(after, (size_t)(before - after));
+	if (shrink)
+		after(a, shrink, r == 0);
 	return r;
 }
 
@@ -259,10 +327,15 @@ EXPORT void *sbrk(intptr_t inc)
 	resolve();
 	if (!real_sbrk)
 		return (void *)-1;
-	old = real_sbrk(inc);
-	if (old != (void *)-1 && inc < 0)
-		report(old + inc, (size_t)-inc);
-	return old;
+	if (inc < 0) {
+		char *top = real_sbrk(0);
+
+		before(top + inc, (size_t)-inc);
+		old = real_sbrk(inc);
+		after(top + inc, (size_t)-inc, old != (void *)-1);
+		return old;
+	}
+	return real_sbrk(inc);
 }
 
 /* The extent of the segment attached at a: consecutive VMAs of one inode. */
@@ -321,13 +394,13 @@ EXPORT int shmdt(const void *a)
 	if (!real_shmdt)
 		return (int)syscall(SYS_shmdt, a);
 	len = shm_extent(a);
+	if (len)
+		before(a, len);
 	r = real_shmdt(a);
-	if (r == 0) {
-		if (len)
-			report(a, len);
-		else
-			report_all();
-	}
+	if (len)
+		after(a, len, r == 0);
+	else if (r == 0)
+		report_all();
 	return r;
 }
 
@@ -359,7 +432,7 @@ EXPORT void free(void *p)
 {
 	const void *base;
 	size_t len;
-	char *before, *after;
+	char *top0, *top1;
 
 	resolve();
 	if (!real_free) {
@@ -368,30 +441,30 @@ EXPORT void free(void *p)
 		return;
 	}
 	if (glibc_mmapped(p, &base, &len)) {
+		before(base, len);
 		real_free(p);
-		report(base, len);
+		after(base, len, 1);
 		return;
 	}
 	if (!p || !(info & MRMGR__HOOKS_GLIBC_MALLOC) || !real_sbrk) {
 		real_free(p);
 		return;
 	}
-	before = real_sbrk(0);
+	top0 = real_sbrk(0);
 	real_free(p);
-	after = real_sbrk(0);
-	if (after < before) /* the main arena gave its top back */
-		report(after, (size_t)(before - after));
+	top1 = real_sbrk(0);
+	if (top1 < top0) /* the main arena gave its top back */
+		report(top1, (size_t)(top0 - top1));
 }
 
 static void *after_realloc(void *p, size_t n, void *q, int mmapped,
 			   const void *base, size_t len)
 {
-	/* Failed with the old block intact: nothing changed. */
-	if (!q && n)
-		return q;
 	(void)p;
+	/* Failed with the old block intact: nothing changed (the end still
+	 * closes what before_realloc() opened). */
 	if (mmapped)
-		report(base, len);
+		after(base, len, q || !n);
 	return q;
 }
 
@@ -405,6 +478,8 @@ EXPORT void *realloc(void *p, size_t n)
 	if (!real_realloc)
 		return NULL;
 	m = glibc_mmapped(p, &base, &len);
+	if (m) /* an mmap'd chunk may be moved (mremap) or freed */
+		before(base, len);
 	return after_realloc(p, n, real_realloc(p, n), m, base, len);
 }
 
@@ -418,6 +493,8 @@ EXPORT void *reallocarray(void *p, size_t nmemb, size_t size)
 	if (!real_reallocarray)
 		return NULL;
 	m = glibc_mmapped(p, &base, &len);
+	if (m)
+		before(base, len);
 	return after_realloc(p, nmemb * size, real_reallocarray(p, nmemb, size),
 			     m, base, len);
 }

@@ -355,13 +355,22 @@ static int print_config(mrmgr_cache_t *c, const char *where)
 static int print_monitor(mrmgr_cache_t *c)
 {
 	static const char *const modes[] = { "auto", "uffd", "hooks",
-					     "external", "none" };
+					     "external", "none", "patch" };
 	struct mrmgr_monitor_info mi;
 
 	section("Memory-event sources");
 	if (mrmgr_cache_query_monitor(c, &mi, sizeof(mi)))
 		return 1;
-	printf("  mode                 %s\n", mi.mode < 5 ? modes[mi.mode] : "?");
+	printf("  mode                 %s\n", mi.mode < 6 ? modes[mi.mode] : "?");
+	printf("  libc patched         ");
+	if (mi.sources & MRMGR_MONITOR_SRC_PATCH)
+		printf("active: anonymous private memory, both sides of every "
+		       "munmap/mremap/madvise/mmap/brk/shmat/shmdt, glibc's "
+		       "internal calls included (not raw syscall())\n");
+	else if (mi.patch_error)
+		printf("not active: %s\n", strerror(mi.patch_error));
+	else
+		printf("not used in this mode\n");
 	printf("  userfaultfd          ");
 	if (mi.sources & MRMGR_MONITOR_SRC_UFFD)
 		printf("active%s%s%s: anonymous private memory (unmap, remap, "
@@ -381,8 +390,8 @@ static int print_monitor(mrmgr_cache_t *c)
 		       mi.watch_budget);
 	printf("  libmrmgr_hooks.so    ");
 	if (mi.sources & MRMGR_MONITOR_SRC_HOOKS)
-		printf("active: private memory, anonymous or file (libc calls "
-		       "and raw syscall())\n");
+		printf("active: anonymous private memory (libc calls through "
+		       "the symbol table, not raw syscall())\n");
 	else if (mi.hooks_error == ENOENT)
 		printf("not loaded (LD_PRELOAD it, or link it first)\n");
 	else if (mi.hooks_error)
@@ -401,9 +410,8 @@ static int print_monitor(mrmgr_cache_t *c)
 			   : "nothing can watch memory: nothing will be cached");
 	else
 		printf("  never watched        shared memory (MAP_SHARED, shmem, "
-		       "memfd, SysV), device memory%s: not cached\n",
-		       mi.sources & MRMGR_MONITOR_SRC_HOOKS
-			       ? "" : ", private file mappings");
+		       "memfd, SysV), device memory, private file mappings: "
+		       "not cached\n");
 	return 0;
 }
 

@@ -34,25 +34,35 @@
  *
  * @par Memory events: the guarantee
  * @anchor monitor
- * After a call that unmaps, remaps or discards memory returns (munmap(),
- * mremap() moving or shrinking, mmap(MAP_FIXED) over it,
- * madvise(MADV_DONTNEED, MADV_REMOVE or MADV_FREE), brk()/sbrk()
- * shrinking, shmdt(), glibc free() of an mmap'd chunk or a heap trim, and
- * the same operations issued with raw syscall()), no later mrmgr_get()
- * from a thread that observes that return (the same thread, or one
- * synchronised with it) returns a region whose pages are not the pages
- * mapped now. Regions in use at that moment are detached and deregistered
- * at their last mrmgr_put(); their holders' later accesses are their own
- * business, but the cache never hands them out again.
+ * A mrmgr_get() of memory returns a registration of the pages mapped
+ * there now whenever the calling thread obtained that memory (a mapping
+ * call, malloc(), a message from another thread) after the old pages were
+ * unmapped, discarded or remapped (munmap(), mremap() moving or shrinking,
+ * mmap(MAP_FIXED) or shmat(SHM_REMAP) over it, madvise(MADV_DONTNEED,
+ * MADV_REMOVE, MADV_FREE), even one that failed half way, brk()/sbrk()
+ * shrinking, shmdt(), glibc free()/realloc() of an mmap'd chunk, heap
+ * trims and arena deletions) -- whether or not the unmapping thread's own
+ * call has returned yet. Regions in use at that moment are detached and
+ * deregistered at their last mrmgr_put(); their holders' later accesses
+ * are their own business, but the cache never hands them out again.
  * The cache learns of such changes from a memory-event source (enum
- * mrmgr_monitor_mode): userfaultfd, libmrmgr_hooks.so, or the caller
- * through mrmgr_notify_unmap() and mrmgr_invalidate(). Memory that no
- * active source can watch (shared mappings, SysV shared memory, device
- * memory, or everything when no source works in this process) is not
- * cached. mrmgr_cache_query_monitor() tells which source is active and
- * what it covered. Out of the guarantee: a thread that maps new memory at
- * an address while another thread's unmapping call has not yet returned,
- * and ::MRMGR_MONITOR_NONE.
+ * mrmgr_monitor_mode): by default libc's own entry points, patched in the
+ * process so glibc's internal calls arrive too, which report each change
+ * before the kernel releases the pages and after the call; optionally
+ * libmrmgr_hooks.so or userfaultfd; or the caller through
+ * mrmgr_notify_unmap() and mrmgr_invalidate(). Memory that no active
+ * source can watch (shared mappings, SysV shared memory, private file
+ * mappings, device memory, or everything when no source works in this
+ * process) is not cached, and each such cause is logged once as a
+ * warning. mrmgr_cache_query_monitor() tells which source is active,
+ * what it covered and why a get was not cached.
+ * Out of the guarantee: a program that uses memory while it frees it (a
+ * get racing with the change of the same memory, by a thread that did not
+ * obtain the memory after the change, may return either registration);
+ * changes the source in force cannot see (raw syscall() bypasses the
+ * patched libc and the hooks; userfaultfd reports an unmap only after the
+ * kernel freed the address); ::MRMGR_MONITOR_NONE; and, with
+ * ::MRMGR_MONITOR_EXTERNAL, changes the program does not report.
  *
  * @par fork()
  * A child never uses its parent's cached regions: at fork() every cache
@@ -150,21 +160,35 @@ enum mrmgr_cache_flags {
  */
 enum mrmgr_monitor_mode {
 	/**
-	 * The default: userfaultfd where the kernel allows it, and libc's
-	 * entry points patched in the process (::MRMGR_MONITOR_PATCH) when
-	 * its self-test passes, else libmrmgr_hooks.so when it is loaded. Regions that no active source
-	 * can watch are not cached: registered on get, deregistered at the
-	 * last put.
+	 * The default: libc's memory entry points patched in the process
+	 * (the source of ::MRMGR_MONITOR_PATCH, after its self-test),
+	 * which see both sides of every change; where patching cannot run
+	 * (valgrind, sanitizers, an unknown prologue), libmrmgr_hooks.so
+	 * when it is loaded; else nothing is cached (with a warning).
+	 * Growth headroom is on. Regions that no active source can watch are
+	 * not cached: registered on get, deregistered at the last put.
 	 */
 	MRMGR_MONITOR_AUTO = 0,
-	/** userfaultfd only; what it cannot watch is not cached. */
+	/**
+	 * userfaultfd only, opt-in: it sees raw syscall() too, but only one
+	 * side of a change (an unmap after the address is free again), and
+	 * its registration stops a watched VMA from merging with memory
+	 * mapped next to it, so the program's own mremap() of an extended
+	 * buffer can fail (EFAULT). Growth headroom is off under it. What it
+	 * cannot watch is not cached.
+	 */
 	MRMGR_MONITOR_UFFD = 1,
 	/** libmrmgr_hooks.so only; what it cannot watch is not cached. */
 	MRMGR_MONITOR_HOOKS = 2,
 	/**
 	 * No automatic source: the caller promises to report every change
 	 * with mrmgr_notify_unmap() or mrmgr_invalidate() (MPI stacks and
-	 * allocators that already hook memory). Everything is cached.
+	 * allocators that already hook memory). Everything is cached. With
+	 * growth headroom on (the default), a region may reach past the
+	 * requested bytes to the end of the mapping that holds them: report
+	 * changes to every mapping you passed to mrmgr_get(), not only to the
+	 * bytes you asked for, or turn headroom off
+	 * (::MRMGR_CACHE_NO_HEADROOM).
 	 */
 	MRMGR_MONITOR_EXTERNAL = 3,
 	/**
@@ -497,7 +521,27 @@ enum mrmgr_monitor_source {
 	MRMGR_MONITOR_SRC_UFFD = 1u << 0,     /**< userfaultfd is running */
 	MRMGR_MONITOR_SRC_HOOKS = 1u << 1,    /**< libmrmgr_hooks.so passed its self-test */
 	MRMGR_MONITOR_SRC_EXTERNAL = 1u << 2, /**< the cache trusts mrmgr_notify_unmap() */
-	MRMGR_MONITOR_SRC_PATCH = 1u << 3,    /**< libc's entry points are redirected (patch source) */
+	MRMGR_MONITOR_SRC_PATCH = 1u << 3,    /**< libc's entry points patched in the process */
+};
+
+/**
+ * Bits of mrmgr_monitor_info::unwatched_causes: why gets were served
+ * uncached (each cause is also logged once per process, as a warning).
+ */
+enum mrmgr_monitor_unwatched_cause {
+	/** No memory-event source runs for the cache's mode. */
+	MRMGR_MONITOR_UNWATCHED_NO_SOURCE = 1u << 0,
+	/** Shared memory (MAP_SHARED, shmem, memfd, SysV): it can change
+	 *  through another mapping or process. */
+	MRMGR_MONITOR_UNWATCHED_SHARED = 1u << 1,
+	/** A private file mapping, which userfaultfd cannot watch. */
+	MRMGR_MONITOR_UNWATCHED_FILE = 1u << 2,
+	/** Part of the range is not mapped. */
+	MRMGR_MONITOR_UNWATCHED_HOLE = 1u << 3,
+	/** The watch budget (a quarter of vm.max_map_count) is spent. */
+	MRMGR_MONITOR_UNWATCHED_BUDGET = 1u << 4,
+	/** The kernel refused the userfaultfd registration. */
+	MRMGR_MONITOR_UNWATCHED_REFUSED = 1u << 5,
 };
 
 /** Bits of mrmgr_monitor_info::uffd_flags. */
@@ -535,6 +579,11 @@ struct mrmgr_monitor_info {
 	uint64_t fork_purges;     /**< times a fork() purged this cache (in this process) */
 	int32_t patch_error;      /**< process: why libc is not patched (errno; EOPNOTSUPP: valgrind or a sanitizer; ENOEXEC: unknown prologue), 0 when it is or was not tried */
 	uint32_t patch_targets;   /**< process: functions redirected, bits in the order munmap, mremap, madvise, mmap, brk, shmat, shmdt */
+	uint32_t unwatched_causes; /**< enum mrmgr_monitor_unwatched_cause bits seen by this cache's unwatched gets */
+	int32_t unwatched_error;  /**< errno-style reason of this cache's last unwatched get (0: none yet) */
+	uint64_t window_uncached; /**< gets served uncached because a change to their range was under way while they registered */
+	uint64_t changes;         /**< process: changes reported on both sides (before and after the system call) */
+	uint64_t retries;         /**< process: sources tried again after a transient failure (EMFILE, ENOMEM, ...) */
 };
 
 /**

@@ -658,7 +658,14 @@ have_mr:
 			c->st.make_before_break++;
 		c->st.merges++;
 	}
-	mrmgr__mon_watch_commit(c, &watch, r);
+	if (mrmgr__mon_watch_commit(c, &watch, r)) {
+		/* A change to the range was under way: the pages may be
+		 * leaving. Handed out uncached (monitor.h). */
+		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
+		c->st.uncached++;
+		*out = r;
+		return 0;
+	}
 	region_publish(c, r);
 	*out = r;
 	return 0;
@@ -1168,7 +1175,13 @@ void mrmgr__cache_publish(struct mrmgr_cache *c, struct mrmgr_region *r)
 		return;
 	}
 	mrmgr__mon_unwatch(c, r);
-	mrmgr__mon_watch_commit(c, &tx, r);
+	if (mrmgr__mon_watch_commit(c, &tx, r)) {
+		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
+		c->st.uncached++;
+		if (mrmgr__region_refs(r, c->nstripes) == 0)
+			region_release(c, r);
+		return;
+	}
 	region_publish(c, r);
 }
 

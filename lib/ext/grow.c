@@ -261,7 +261,10 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 		 * the region then takes the new watch, else drops it. */
 		if (code == 0 || code == IBV_REREG_MR_ERR_DO_FORK_OLD) {
 			mrmgr__mon_unwatch(c, r);
-			mrmgr__mon_watch_commit(c, &tx, r);
+			/* Refused: a change was under way; the publish that
+			 * follows must not cache it either. */
+			if (mrmgr__mon_watch_commit(c, &tx, r))
+				r->watch.dirty = 1;
 		} else {
 			mrmgr__mon_watch_abort(c, &tx);
 		}

@@ -33,6 +33,7 @@
 #include "cache.h"
 #include "grow.h"
 #include "log.h"
+#include "monitor.h"
 
 /*
  * The mapping containing addr: [*lo, *hi). Returns 0, or ENOENT when
@@ -95,15 +96,11 @@ void mrmgr__headroom_widen(struct mrmgr_cache *c, uint64_t os, uint64_t ol,
 	    old_len > UINT64_MAX / 2 || 2 * old_len <= span)
 		return; /* off, or the request itself at least doubles */
 	/*
-	 * Not under an automatic memory-event source, for now: the monitor
-	 * torture test (tests/unit/test_monitor_torture.c) found rare stale
-	 * hits with headroom on and userfaultfd watching while neighbouring
-	 * memory was remapped, and none with it off. Until that interaction
-	 * is understood, headroom works only where the program reports
-	 * changes itself (external monitoring, or none).
+	 * Headroom registers memory the program did not ask for: only where
+	 * every change to it reaches the cache before and after the kernel
+	 * acts (monitor.c: mrmgr__mon_headroom_ok(); doc/growth.md).
 	 */
-	if (c->mon.mode != MRMGR_MONITOR_EXTERNAL &&
-	    c->mon.mode != MRMGR_MONITOR_NONE)
+	if (!mrmgr__mon_headroom_ok(c))
 		return;
 	want = 2 * old_len - span;
 	/* What fits as things stand, counting the whole span as new. */

@@ -9,6 +9,8 @@
 #ifndef MRMGR__HOOKS_ABI_H
 #define MRMGR__HOOKS_ABI_H
 
+#include <stdint.h>
+
 /* Bits returned by mrmgr_hooks_info(). */
 enum mrmgr__hooks_bits {
 	MRMGR__HOOKS_READY = 1u << 0,       /* the real functions were found */
@@ -18,5 +20,20 @@ enum mrmgr__hooks_bits {
 };
 
 unsigned int mrmgr_hooks_info(void);
+
+/*
+ * Both sides of a change: libmrmgr hands the hooks its change functions
+ * (monitor.h: mrmgr__mon_change_begin/end) when it starts using them, by
+ * calling mrmgr_hooks_bind(), which the hooks library defines and
+ * libmrmgr refers to weakly. Until then (and with an older hooks library
+ * that lacks it) the hooks report with mrmgr_notify_unmap() after the
+ * call. Ranges are inclusive: [start, last].
+ */
+struct mrmgr__hooks_ops {
+	void (*change_begin)(uint64_t start, uint64_t last);
+	void (*change_end)(uint64_t start, uint64_t last);
+};
+
+void mrmgr_hooks_bind(const struct mrmgr__hooks_ops *ops);
 
 #endif /* MRMGR__HOOKS_ABI_H */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -22,20 +23,119 @@
 #include "log.h"
 #include "monitor.h"
 #include "patch.h"
+#include "procfs.h"
 
 pthread_mutex_t mrmgr__mon_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Defined by libmrmgr_hooks.so when it is in the global scope. */
 extern unsigned int mrmgr_hooks_info(void)
 	__attribute__((weak, visibility("default")));
+extern void mrmgr_hooks_bind(const struct mrmgr__hooks_ops *ops)
+	__attribute__((weak, visibility("default")));
+
+static const struct mrmgr__hooks_ops hooks_ops = {
+	.change_begin = mrmgr__mon_change_begin,
+	.change_end = mrmgr__mon_change_end,
+};
 
 static struct {
 	int state; /* enum mrmgr__src_state */
 	int err;
 	pid_t pid;
+	struct mrmgr__retry retry;
 } H;
 
+/* ------------------------------------------------------------ retries */
+
+/*
+ * A source that failed for want of a resource (descriptors, memory) is
+ * tried again later, not given up for the life of the process: at the
+ * first get after a back-off that doubles from 100 ms to 12.8 s, at most
+ * MAX_RETRIES times. Other failures (refused by policy, no kernel
+ * support, a self-test that got no event) are final.
+ */
+#define MAX_RETRIES 24
+
+int mrmgr__retry_transient(int err)
+{
+	return err == EMFILE || err == ENFILE || err == ENOMEM ||
+	       err == EAGAIN || err == ENOBUFS || err == ENOSPC;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+void mrmgr__retry_failed(struct mrmgr__retry *r, int err)
+{
+	if (!mrmgr__retry_transient(err) || r->count >= MAX_RETRIES) {
+		r->at_ms = 0;
+		return;
+	}
+	r->at_ms = now_ms() + ((uint64_t)100 << (r->count < 7 ? r->count : 7));
+	r->count++;
+}
+
+int mrmgr__retry_due(struct mrmgr__retry *r)
+{
+	if (!r->at_ms || now_ms() < r->at_ms)
+		return 0;
+	r->at_ms = 0;
+	__atomic_fetch_add(&mrmgr__mon_retries, 1, __ATOMIC_RELAXED);
+	return 1;
+}
+
+uint64_t mrmgr__mon_retries;
+
 static int warned_no_source;
+
+static int patch_active(void)
+{
+	return mrmgr__patch_start && mrmgr__patch_start() == 0;
+}
+
+/* Modes that take the patched libc: auto prefers it, patch is it alone. */
+static int mode_uses_patch(uint32_t mode)
+{
+	return mode == MRMGR_MONITOR_AUTO || mode == MRMGR_MONITOR_PATCH;
+}
+
+int mrmgr__mon_two_sided(uint32_t mode)
+{
+	if (mode_uses_patch(mode) && patch_active())
+		return 1;
+	if (mode != MRMGR_MONITOR_AUTO && mode != MRMGR_MONITOR_HOOKS)
+		return 0;
+	/* An older hooks library without mrmgr_hooks_bind() reports after
+	 * the call only. */
+	return mrmgr_hooks_bind && mrmgr__hooks_state(NULL) == SRC_ACTIVE;
+}
+
+/*
+ * Whether growth headroom is safe for this cache: it registers memory the
+ * program did not ask for, so every change to that memory must reach the
+ * cache on both sides (doc/growth.md). A two-sided source does that; in
+ * external mode the program promises it (the contract in doc/growth.md);
+ * with none it has promised everything. userfaultfd alone is one-sided:
+ * UFFD_EVENT_REMOVE comes before madvise() discards, nothing after, so a
+ * registration in between would pin pages on their way out.
+ */
+int mrmgr__mon_headroom_ok(struct mrmgr_cache *c)
+{
+	uint32_t mode = c->mon.mode;
+	int ok;
+
+	if (mode == MRMGR_MONITOR_EXTERNAL || mode == MRMGR_MONITOR_NONE)
+		return 1;
+	pthread_mutex_lock(&mrmgr__mon_lock);
+	ok = mrmgr__mon_two_sided(mode);
+	pthread_mutex_unlock(&mrmgr__mon_lock);
+	return ok;
+}
 
 static const char *mode_name(uint32_t m)
 {
@@ -87,17 +187,24 @@ static int hooks_start(void)
 {
 	unsigned int info;
 
-	if (H.state != SRC_UNTRIED && H.pid == getpid())
+	if (H.state != SRC_UNTRIED && H.pid == mrmgr__getpid() &&
+	    !(H.state == SRC_FAILED && mrmgr__retry_due(&H.retry)))
 		return H.state == SRC_ACTIVE ? 0 : H.err;
-	H.pid = getpid();
+	H.pid = mrmgr__getpid();
 	if (!mrmgr_hooks_info) {
 		H.state = SRC_FAILED;
 		H.err = ENOENT;
 		return H.err;
 	}
 	info = mrmgr_hooks_info();
+	/* Both sides from now on, before the self-test, which then checks
+	 * the path the hooks will take. */
+	if ((info & MRMGR__HOOKS_READY) && mrmgr_hooks_bind)
+		mrmgr_hooks_bind(&hooks_ops);
 	H.err = !(info & MRMGR__HOOKS_READY) ? ENOSYS : hooks_selftest(info);
 	H.state = H.err ? SRC_FAILED : SRC_ACTIVE;
+	if (H.err)
+		mrmgr__retry_failed(&H.retry, H.err);
 	if (H.err)
 		mrmgr__warn("monitor: libmrmgr_hooks.so is loaded but its "
 			    "self-test failed (%s): not used. Preload it "
@@ -112,48 +219,11 @@ static int hooks_start(void)
 
 int mrmgr__hooks_state(int *err)
 {
-	hooks_start();
+	if (H.state != SRC_ACTIVE || H.pid != mrmgr__getpid())
+		hooks_start();
 	if (err)
 		*err = H.state == SRC_ACTIVE ? 0 : H.err;
 	return H.state;
-}
-
-/* ------------------------------------------------------------ patch */
-
-static int mode_uses_hooks(uint32_t m)
-{
-	return m == MRMGR_MONITOR_AUTO || m == MRMGR_MONITOR_HOOKS;
-}
-
-static int mode_uses_patch(uint32_t m)
-{
-	return m == MRMGR_MONITOR_AUTO || m == MRMGR_MONITOR_PATCH;
-}
-
-/*
- * Whether an in-process source vouches for memory of this kind (-1: any
- * kind) in a cache of this mode. Both see this process's calls on its
- * private memory, not what happens to shared memory elsewhere. The patch
- * source vouches for anonymous memory only: a private file mapping's
- * pages not yet copied on write are the file's, which a truncation
- * elsewhere replaces with no call here. In auto mode it vouches only
- * where userfaultfd is not running: a range userfaultfd is running but
- * could not watch (a VMA that changed while it was being registered, the
- * budget) would otherwise be cached with raw syscall() blind to it
- * (test_monitor_torture found that).
- */
-int mrmgr__mon_inproc_covers(uint32_t mode, int kind)
-{
-	int any = kind < 0;
-
-	if (mode_uses_patch(mode) && mrmgr__patch_start() == 0 &&
-	    (mode == MRMGR_MONITOR_PATCH ||
-	     mrmgr__uffd_state(NULL, NULL, NULL) != SRC_ACTIVE) &&
-	    (any || kind == MRMGR__VMA_ANON_PRIVATE))
-		return 1;
-	return mode_uses_hooks(mode) && mrmgr__hooks_state(NULL) == SRC_ACTIVE &&
-	       (any || kind == MRMGR__VMA_ANON_PRIVATE ||
-		kind == MRMGR__VMA_FILE_PRIVATE);
 }
 
 /* ------------------------------------------------------------ caches */
@@ -171,7 +241,7 @@ static int fork_status_of(const struct mrmgr_cache *c)
 void mrmgr__mon_cache_init(struct mrmgr_cache *c)
 {
 	uint32_t mode = c->cfg.monitor;
-	int uerr = 0, herr = 0, perr = 0, any = 0;
+	int uerr = 0, herr = 0, any = 0;
 
 	memset(&c->mon, 0, sizeof(c->mon));
 	c->mon.mode = mode;
@@ -195,23 +265,29 @@ void mrmgr__mon_cache_init(struct mrmgr_cache *c)
 	if (c->cfg.flags & MRMGR_CACHE_DISABLE)
 		return;
 	pthread_mutex_lock(&mrmgr__mon_lock);
+	/*
+	 * auto: the patched libc when it is built in and runs, else the
+	 * hooks library when preloaded. userfaultfd is opt-in (uffd): its
+	 * registration stops VMA merging, which changes what the program's
+	 * own mremap() does (doc/monitor.md). Only a build without the
+	 * patched source falls back to it in auto.
+	 */
 	if (mode_uses_patch(mode))
-		any |= !(perr = mrmgr__patch_start());
-	if (mode == MRMGR_MONITOR_AUTO || mode == MRMGR_MONITOR_UFFD)
-		any |= !(uerr = mrmgr__uffd_start());
-	if (mode_uses_hooks(mode))
+		any |= patch_active();
+	if (mode != MRMGR_MONITOR_UFFD && mode != MRMGR_MONITOR_PATCH && !any)
 		any |= !(herr = hooks_start());
+	if ((mode == MRMGR_MONITOR_UFFD ||
+	     (mode == MRMGR_MONITOR_AUTO && !mrmgr__patch_start)) && !any)
+		any |= !(uerr = mrmgr__uffd_start());
 	if (!any && !warned_no_source) {
 		warned_no_source = 1;
 		mrmgr__warn("monitor (%s): no memory-event source works in this "
-			    "process (libc patching: %s; userfaultfd: %s; "
-			    "hooks: %s): nothing will "
+			    "process (userfaultfd: %s; hooks: %s): nothing will "
 			    "be cached, every get registers. Allow userfaultfd, "
 			    "preload libmrmgr_hooks.so, or set "
 			    "MRMGR_MONITOR=external if you report changes with "
 			    "mrmgr_notify_unmap().",
 			    mode_name(mode),
-			    perr ? strerror(perr) : "not used",
 			    uerr ? strerror(uerr) : "not used",
 			    herr == ENOENT ? "not loaded"
 					   : herr ? strerror(herr) : "not used");
@@ -229,7 +305,7 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
 					   size_t size)
 {
 	struct mrmgr_monitor_info m;
-	int ustate, hstate, pstate, uerr, herr, perr;
+	int ustate, hstate, uerr, herr, perr, patch;
 
 	if (!c || !info || !size) {
 		mrmgr__err("mrmgr_cache_query_monitor: %s",
@@ -245,13 +321,19 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
 	m.overflows = c->mon.overflows;
 	m.unwatched = c->mon.unwatched;
 	m.fork_purges = c->mon.fork_purges;
+	m.unwatched_causes = c->mon.unwatched_causes;
+	m.unwatched_error = c->mon.unwatched_error;
+	m.window_uncached = c->mon.window_uncached;
 	pthread_mutex_unlock(&c->lock);
+	m.changes = __atomic_load_n(&mrmgr__mon_change_count, __ATOMIC_RELAXED);
+	m.retries = __atomic_load_n(&mrmgr__mon_retries, __ATOMIC_RELAXED);
 
 	pthread_mutex_lock(&mrmgr__mon_lock);
 	ustate = mrmgr__uffd_state(&uerr, &m.uffd_flags, &m.uffd_features);
 	hstate = H.state;
 	herr = H.state == SRC_ACTIVE ? 0 : H.err;
-	pstate = mrmgr__patch_state(&perr);
+	patch = mode_uses_patch(m.mode) && patch_active();
+	(void)mrmgr__patch_state(&perr);
 	m.patch_targets = mrmgr__patch_targets();
 	if (mrmgr__vma_uses_query())
 		m.uffd_flags |= MRMGR_MONITOR_UFFD_PROCMAP_QUERY;
@@ -260,17 +342,22 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
 
 	m.uffd_error = uerr;
 	m.hooks_error = herr;
-	if (ustate == SRC_ACTIVE &&
-	    (m.mode == MRMGR_MONITOR_AUTO || m.mode == MRMGR_MONITOR_UFFD))
-		m.sources |= MRMGR_MONITOR_SRC_UFFD;
-	if (hstate == SRC_ACTIVE &&
+	m.patch_error = perr;
+	/* What watch.c relies on for this mode: auto takes the patched libc,
+	 * else the hooks, and userfaultfd only in a build without the patch
+	 * source when the hooks do not report both sides. */
+	if (patch)
+		m.sources |= MRMGR_MONITOR_SRC_PATCH;
+	if (hstate == SRC_ACTIVE && !patch && m.mode != MRMGR_MONITOR_PATCH &&
 	    (m.mode == MRMGR_MONITOR_AUTO || m.mode == MRMGR_MONITOR_HOOKS))
 		m.sources |= MRMGR_MONITOR_SRC_HOOKS;
+	if (ustate == SRC_ACTIVE &&
+	    (m.mode == MRMGR_MONITOR_UFFD ||
+	     (m.mode == MRMGR_MONITOR_AUTO && !mrmgr__patch_start &&
+	      !(hstate == SRC_ACTIVE && mrmgr_hooks_bind))))
+		m.sources |= MRMGR_MONITOR_SRC_UFFD;
 	if (m.mode == MRMGR_MONITOR_EXTERNAL)
 		m.sources |= MRMGR_MONITOR_SRC_EXTERNAL;
-	if (pstate == SRC_ACTIVE && mode_uses_patch(m.mode))
-		m.sources |= MRMGR_MONITOR_SRC_PATCH;
-	m.patch_error = perr;
 	m.uffd_events = __atomic_load_n(&mrmgr__mon_uffd_events, __ATOMIC_RELAXED);
 	m.notify_events = __atomic_load_n(&mrmgr__mon_notify_events,
 					  __ATOMIC_RELAXED);

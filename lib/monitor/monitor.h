@@ -27,10 +27,12 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <mrmgr/mrmgr.h>
 
 #include "compiler.h"
+#include "hooks_abi.h"
 #include "itree.h"
 
 struct mrmgr_cache;
@@ -54,15 +56,28 @@ static inline int mrmgr__mon_quiet(const uint64_t *seen)
 
 /* Append [start, last] for every cache. Async-signal-safe. */
 void mrmgr__mon_push(uint64_t start, uint64_t last);
+/* The same, unless no cache ever registered memory there (the filter). */
+void mrmgr__mon_push_filtered(uint64_t start, uint64_t last);
+/* Whether an event at or after queue index from may overlap [start, last]
+ * (1 also when it cannot tell: lapped, a slot still being written). */
+int mrmgr__mon_queue_dirty(uint64_t from, uint64_t start, uint64_t last);
+
+/* ------------------------------------------------------------ changes */
 
 /*
- * A change to [start, last] seen from the changing thread: begin before
- * the system call (before the kernel releases the pages), end after it
- * returned, also when it failed. Async-signal-safe, no allocation, no
- * lock. The patch source's hooks call them (change.c).
+ * Both sides of a change (change.c): a source that wraps the program's
+ * memory calls (libc's patched entry points, libmrmgr_hooks.so) calls
+ * begin before the kernel releases the pages of [start, last] (inclusive,
+ * page granular) and end after the call returned, success or not, with
+ * the same range. Async-signal-safe: no allocation, no lock, no log.
  */
 void mrmgr__mon_change_begin(uint64_t start, uint64_t last);
 void mrmgr__mon_change_end(uint64_t start, uint64_t last);
+/* Whether a change overlapping [start, last] is between begin and end. */
+int mrmgr__mon_change_in_flight(uint64_t start, uint64_t last);
+/* In a fork child: no change of another thread is in flight there. */
+void mrmgr__mon_change_fork_child(void);
+extern uint64_t mrmgr__mon_change_count;
 
 /*
  * Remember that [start, last] may be cached, so mrmgr_notify_unmap() does
@@ -78,6 +93,17 @@ struct mrmgr__mon_cache {
 	int32_t fork_status;   /* enum ibv_fork_status, -1 for the sim */
 	struct mrmgr_cache *fork_next; /* every cache of the process */
 	uint64_t events, invalidations, overflows, unwatched, fork_purges;
+	uint64_t window_uncached;  /* commits refused: a change overlapped */
+	uint32_t unwatched_causes; /* enum mrmgr_monitor_unwatched_cause */
+	int32_t unwatched_error;   /* errno of the last unwatched get */
+	/* Extents already classified and watched, valid until an event
+	 * overlaps them (drain_next drops those): a miss there makes no
+	 * system call beyond its registration. */
+	struct mrmgr__mon_known {
+		uint64_t start, last;  /* the VMAs' extent; last 0: empty */
+		uint32_t kind;         /* enum mrmgr__vma_kind */
+	} known[8];
+	uint32_t known_next;
 };
 
 /* Queue state for a new cache (or one a fork emptied). */
@@ -120,11 +146,32 @@ int mrmgr__uffd_internal(uint64_t start, uint64_t last);   /* our own memory */
 void mrmgr__uffd_unregister(uint64_t start, uint64_t last);
 void mrmgr__uffd_fork_child(void);
 
+/* Retrying a source that failed for want of a resource (monitor.c). */
+struct mrmgr__retry {
+	uint64_t at_ms;  /* CLOCK_MONOTONIC ms of the next try; 0: none */
+	unsigned int count;
+};
+int mrmgr__retry_transient(int err);
+void mrmgr__retry_failed(struct mrmgr__retry *r, int err);
+int mrmgr__retry_due(struct mrmgr__retry *r); /* 1: try again now */
+extern uint64_t mrmgr__mon_retries;
+
+/* Whether growth headroom may register memory nobody asked for. */
+int mrmgr__mon_headroom_ok(struct mrmgr_cache *c);
+
 /* libmrmgr_hooks.so (monitor.c). */
 int mrmgr__hooks_state(int *err);
-/* libmrmgr_hooks.so or the patch source vouches for memory of this kind
- * (enum mrmgr__vma_kind, -1: any) in a cache of this mode (monitor.c). */
-int mrmgr__mon_inproc_covers(uint32_t mode, int kind);
+
+/*
+ * The patched-libc source (patch*.c, when it is built in): 0 once it is
+ * delivering (idempotent, mon lock held), or why not. Weak: without it,
+ * the automatic mode falls back as doc/monitor.md says.
+ */
+int mrmgr__patch_start(void) __attribute__((weak, visibility("hidden")));
+
+/* Whether a source that sees both sides of a change covers mode now
+ * (the patched libc or the hooks; external counts: see doc/growth.md). */
+int mrmgr__mon_two_sided(uint32_t mode);
 
 /* What kind of memory [start, last] is (os/vma.c), mon lock held. */
 enum mrmgr__vma_kind {
@@ -151,6 +198,8 @@ struct mrmgr__watch {
 	struct mrmgr__itree_node node;
 	struct mrmgr__watch *next, *prev; /* members with the same range */
 	int in_tree;                      /* this member's node is the one */
+	int dirty; /* set by grow.c when its rereg's commit was refused: the
+		    * next commit (the region's publish) refuses too */
 };
 
 /*
@@ -165,13 +214,22 @@ struct mrmgr__watch {
 struct mrmgr__watch_tx {
 	struct mrmgr__watch w; /* the provisional registry entry */
 	int kind;              /* how it is covered */
+	uint64_t from;         /* queue index when the window opened */
+	uint64_t start, last;  /* the range asked for */
 };
 int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
 			   uint64_t last, struct mrmgr__watch_tx *tx);
-void mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
-			     struct mrmgr_region *r);
+/*
+ * 0: cache r. EAGAIN: a change overlapping the range was in flight, or
+ * began, since watch_begin, so the pages r pinned may be on their way
+ * out: hand r out uncached (the watch is given up, as by abort).
+ */
+int mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
+			    struct mrmgr_region *r);
 void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx);
 void mrmgr__mon_unwatch(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* An event overlapped [s, l]: forget what was known about it (queue.c). */
+void mrmgr__mon_known_drop(struct mrmgr__mon_cache *m, uint64_t s, uint64_t l);
 
 /* Registry internals shared by watch.c and monitor.c. */
 void mrmgr__watch_stats(uint64_t *ranges, uint64_t *runs, uint64_t *budget);

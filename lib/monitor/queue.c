@@ -126,6 +126,30 @@ void mrmgr__mon_push(uint64_t start, uint64_t last)
 	__atomic_store_n(&s->seq, idx + 1, __ATOMIC_RELEASE);
 }
 
+static int read_slot(uint64_t idx, uint64_t *start, uint64_t *last);
+
+void mrmgr__mon_push_filtered(uint64_t start, uint64_t last)
+{
+	if (filter_may_hold(start, last))
+		mrmgr__mon_push(start, last);
+}
+
+int mrmgr__mon_queue_dirty(uint64_t from, uint64_t start, uint64_t last)
+{
+	uint64_t tail = mrmgr__mon_queue_tail();
+
+	if (tail - from > RING_SIZE)
+		return 1; /* lapped: anything may have been there */
+	for (uint64_t i = from; i < tail; i++) {
+		uint64_t s, l;
+
+		/* Not written yet (or overwritten): assume it overlaps. */
+		if (read_slot(i, &s, &l) <= 0 || (s <= last && l >= start))
+			return 1;
+	}
+	return 0;
+}
+
 MRMGR_EXPORT int mrmgr_notify_unmap(void *addr, size_t length)
 {
 	const uint64_t page = 4096;
@@ -158,6 +182,7 @@ void mrmgr__mon_queue_attach(struct mrmgr__mon_cache *m, uint64_t *seen)
 		sched_yield();
 	m->cursor = w >> 1;
 	m->target = w;
+	mrmgr__mon_known_drop(m, 0, UINT64_MAX);
 	__atomic_store_n(seen, w, __ATOMIC_RELEASE);
 }
 
@@ -204,6 +229,7 @@ int mrmgr__mon_drain_next(struct mrmgr__mon_cache *m, uint64_t *start,
 		if (r > 0) {
 			m->cursor++;
 			m->events++;
+			mrmgr__mon_known_drop(m, *start, *last);
 			return 1;
 		}
 		if (r < 0 || spin >= SLOT_WAIT_SPINS)
@@ -218,6 +244,7 @@ int mrmgr__mon_drain_next(struct mrmgr__mon_cache *m, uint64_t *start,
 	 */
 	m->cursor = end;
 	m->overflows++;
+	mrmgr__mon_known_drop(m, 0, UINT64_MAX);
 	return -1;
 }
 

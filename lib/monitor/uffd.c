@@ -40,6 +40,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
@@ -50,6 +51,7 @@
 
 #include "log.h"
 #include "monitor.h"
+#include "procfs.h"
 
 #define WANT_FEATURES                                                     \
 	(UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE |            \
@@ -60,16 +62,17 @@
 #define GUARD 4096
 
 /*
- * The stack of the reader (and, before it, of the self-test helper): in
- * .bss, never unmapped, so its address is never one the program just
- * freed; a stack the program passes in is never madvise()d by glibc at
- * thread exit; and it is never watched (mrmgr__uffd_internal()). Its
- * PROT_NONE guards also make it a VMA of its own, which never merges
- * with memory of the program's whose whole VMA may be registered.
+ * The stack of the reader (and, before it, of the self-test helper):
+ * mapped here once and never unmapped, so its address is never one the
+ * program just freed; a stack the program passes in is never madvise()d
+ * by glibc at thread exit; and it is never watched
+ * (mrmgr__uffd_internal()). Its PROT_NONE guard below makes it a VMA of
+ * its own, which never merges with memory of the program's whose whole
+ * VMA may be registered. Not in .bss: tools that scan the data segment
+ * (LeakSanitizer) fault on a PROT_NONE page there.
  */
-static _Alignas(4096) char stack_area[GUARD + THREAD_STACK + GUARD];
+static char *stack_area;
 #define thread_stack (stack_area + GUARD)
-
 static struct {
 	int state;            /* enum mrmgr__src_state */
 	int err;
@@ -81,6 +84,7 @@ static struct {
 	int reader_running;
 	int dead;             /* the reader gave up (never expected) */
 	pid_t pid;
+	struct mrmgr__retry retry;
 } U = { .fd = -1, .stop_fd = -1 };
 
 unsigned int mrmgr__mon_test_flags;
@@ -171,21 +175,27 @@ static int open_negotiated(uint32_t *flags, uint64_t *features)
 
 int mrmgr__uffd_internal(uint64_t start, uint64_t last)
 {
-	uint64_t s = (uintptr_t)thread_stack;
+	uint64_t s = (uintptr_t)stack_area;
 
-	return start < s + THREAD_STACK + GUARD && last >= s - GUARD;
+	return stack_area && start < s + GUARD + THREAD_STACK + GUARD &&
+	       last >= s;
 }
 
 /* Threads of ours run on thread_stack; fall back to glibc's on EINVAL
  * (static TLS too large for it). */
 static int create_thread(pthread_t *t, void *(*fn)(void *), void *arg)
 {
-	static int guarded;
 	pthread_attr_t a;
 	int err;
 
-	if (!guarded) {
-		guarded = 1;
+	if (!stack_area) {
+		void *p = mmap(NULL, GUARD + THREAD_STACK + GUARD,
+			       PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+
+		if (p == MAP_FAILED)
+			return errno;
+		stack_area = p;
 		(void)mprotect(stack_area, GUARD, PROT_NONE);
 		(void)mprotect(thread_stack + THREAD_STACK, GUARD, PROT_NONE);
 	}
@@ -475,15 +485,29 @@ static void check_dead(void)
 	}
 }
 
+/*
+ * valgrind runs one thread at a time: a thread the kernel holds in
+ * munmap() for the reader keeps valgrind's lock, the reader never runs,
+ * and the process hangs (the self-test's first madvise() already). Its
+ * preload library is how it shows.
+ */
+static int under_valgrind(void)
+{
+	const char *p = getenv("LD_PRELOAD");
+
+	return p && strstr(p, "vgpreload");
+}
+
 int mrmgr__uffd_start(void)
 {
 	int fd, ret;
 
 	check_dead();
-	if (U.state != SRC_UNTRIED)
+	if (U.state != SRC_UNTRIED &&
+	    !(U.state == SRC_FAILED && mrmgr__retry_due(&U.retry)))
 		return U.state == SRC_ACTIVE ? 0 : U.err;
-	U.pid = getpid();
-	fd = open_negotiated(&U.flags, &U.features);
+	U.pid = mrmgr__getpid();
+	fd = under_valgrind() ? -ENOTSUP : open_negotiated(&U.flags, &U.features);
 	if (fd >= 0) {
 		ret = selftest(fd);
 		if (ret < 0) {
@@ -501,8 +525,13 @@ int mrmgr__uffd_start(void)
 		U.state = SRC_FAILED;
 		U.err = -fd;
 		U.features = 0;
+		/* Out of descriptors or memory now is not forever. */
+		mrmgr__retry_failed(&U.retry, U.err);
 		mrmgr__info("monitor: userfaultfd unavailable: %s%s", strerror(U.err),
-			    U.err == ETIMEDOUT ? " (delivery self-test got no event)" : "");
+			    U.err == ETIMEDOUT ? " (delivery self-test got no event)"
+			    : under_valgrind() ? " (under valgrind, whose serialised "
+						 "threads would deadlock with the reader)"
+						 : "");
 		return U.err;
 	}
 	U.state = SRC_ACTIVE;
@@ -551,7 +580,7 @@ __attribute__((destructor)) static void uffd_stop(void)
 {
 	uint64_t one = 1;
 
-	if (!U.reader_running || U.pid != getpid())
+	if (!U.reader_running || U.pid != mrmgr__getpid())
 		return;
 	/* Under the monitor lock: no thread registers through the number
 	 * once it is closed (and maybe reused). */

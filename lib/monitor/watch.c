@@ -131,12 +131,16 @@ static struct mrmgr__watch *find_same(uint64_t s, uint64_t l)
 	return NULL;
 }
 
-/* Add w for [s, l]: 0, or EOVERFLOW when a new run would pass the budget. */
-static int watch_join(struct mrmgr__watch *w, uint64_t s, uint64_t l)
+/* Add w for [s, l]: 0, or EOVERFLOW when a new run would pass the budget.
+ * With only_same, join only a range already there (else ENOENT). */
+static int watch_join_ex(struct mrmgr__watch *w, uint64_t s, uint64_t l,
+			 int only_same)
 {
 	struct mrmgr__watch *same = find_same(s, l);
 	uint64_t lo, hi, p;
 
+	if (!same && only_same)
+		return ENOENT;
 	w->node.start = s;
 	w->node.last = l;
 	if (same) {
@@ -158,6 +162,11 @@ static int watch_join(struct mrmgr__watch *w, uint64_t s, uint64_t l)
 	reg_runs = reg_runs + 1 - p;
 	reg_entries++;
 	return 0;
+}
+
+static int watch_join(struct mrmgr__watch *w, uint64_t s, uint64_t l)
+{
+	return watch_join_ex(w, s, l, 0);
 }
 
 /* Drop w; the last member of a range unregisters what nothing else covers. */
@@ -199,23 +208,94 @@ void mrmgr__watch_fork_child(void)
 	reg_entries = reg_runs = 0;
 }
 
+/* ------------------------------------------------------------ known extents */
+
+/*
+ * Extents this cache classified (and, under userfaultfd, registered) and
+ * no event has touched since: the next miss inside one needs no VMA query,
+ * and under userfaultfd no UFFDIO_REGISTER when the registry still holds
+ * the extent. Every change that can alter what an extent is (unmap, a
+ * mapping put over it, a move) raises an event the cache drains before
+ * its miss, and drain_next() drops the extents it overlaps.
+ */
+static struct mrmgr__mon_known *known_find(struct mrmgr__mon_cache *m,
+					   uint64_t s, uint64_t l)
+{
+	for (unsigned int i = 0; i < MRMGR__ARRAY_SIZE(m->known); i++)
+		if (m->known[i].last && m->known[i].start <= s &&
+		    m->known[i].last >= l)
+			return &m->known[i];
+	return NULL;
+}
+
+static void known_add(struct mrmgr__mon_cache *m, uint64_t s, uint64_t l,
+		      int kind)
+{
+	struct mrmgr__mon_known *k = known_find(m, s, l);
+
+	if (!k) {
+		k = &m->known[m->known_next++ % MRMGR__ARRAY_SIZE(m->known)];
+	}
+	k->start = s;
+	k->last = l;
+	k->kind = (uint32_t)kind;
+}
+
+void mrmgr__mon_known_drop(struct mrmgr__mon_cache *m, uint64_t s, uint64_t l)
+{
+	for (unsigned int i = 0; i < MRMGR__ARRAY_SIZE(m->known); i++)
+		if (m->known[i].last && m->known[i].start <= l &&
+		    m->known[i].last >= s)
+			m->known[i].last = 0;
+}
+
 /* ------------------------------------------------------------ coverage */
 
 enum tx_kind { TX_NONE = 0, TX_UFFD, TX_TRUSTED };
+
+/* Error codes of the coverage decision: what the cause is called. */
+#define ERR_NO_SOURCE ENODEV
+#define ERR_SHARED EPERM
+#define ERR_FILE EMEDIUMTYPE
+#define ERR_HOLE EFAULT
+#define ERR_BUDGET EOVERFLOW
+
+static int kind_err(int kind)
+{
+	switch (kind) {
+	case MRMGR__VMA_ANON_PRIVATE:
+		return 0;
+	case MRMGR__VMA_FILE_PRIVATE:
+		return ERR_FILE;
+	case MRMGR__VMA_SHARED:
+		return ERR_SHARED;
+	default:
+		return ERR_HOLE;
+	}
+}
 
 /*
  * Register the VMAs that hold [s, l], after checking they are anonymous
  * private memory, and check again after registering: a mapping replaced
  * in between is then either seen by the second look or raises an event.
+ * An extent this cache already watches (known, still in the registry)
+ * is joined without any system call.
  */
-static int uffd_watch(struct mrmgr__watch_tx *tx, uint64_t s, uint64_t l)
+static int uffd_watch(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
+		      uint64_t s, uint64_t l)
 {
+	struct mrmgr__mon_known *k = known_find(m, s, l);
 	uint64_t vs, vl, vs2, vl2;
 	int err, kind;
 
+	if (k && k->kind == MRMGR__VMA_ANON_PRIVATE &&
+	    !watch_join_ex(&tx->w, k->start, k->last, 1)) {
+		tx->kind = TX_UFFD;
+		return 0;
+	}
 	kind = mrmgr__vma_classify(s, l, &vs, &vl);
 	if (kind != MRMGR__VMA_ANON_PRIVATE)
-		return kind == MRMGR__VMA_UNMAPPED ? EFAULT : EPERM;
+		return kind_err(kind);
 	/* The reader's own stack: watching it could make it wait for itself. */
 	if (mrmgr__uffd_internal(vs, vl))
 		return EBUSY;
@@ -233,62 +313,164 @@ static int uffd_watch(struct mrmgr__watch_tx *tx, uint64_t s, uint64_t l)
 		watch_leave(&tx->w);
 		return err;
 	}
+	known_add(m, vs, vl, MRMGR__VMA_ANON_PRIVATE);
 	tx->kind = TX_UFFD;
 	return 0;
+}
+
+/*
+ * Under a source that wraps the process's own calls (the patched libc,
+ * the hooks): it vouches for anonymous private memory. Never shared
+ * memory (another process changes it), never a private file mapping:
+ * truncating the file, from any process, zaps even the private copies
+ * (truncate_pagecache() unmaps COWed pages too), and no call of ours
+ * sees it.
+ */
+static int trusted_watch(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
+			 uint64_t s, uint64_t l)
+{
+	struct mrmgr__mon_known *k = known_find(m, s, l);
+	uint64_t vs, vl;
+	int kind;
+
+	if (k) {
+		kind = (int)k->kind;
+	} else {
+		kind = mrmgr__vma_classify(s, l, &vs, &vl);
+		if (kind == MRMGR__VMA_ANON_PRIVATE)
+			known_add(m, vs, vl, kind);
+	}
+	if (kind != MRMGR__VMA_ANON_PRIVATE)
+		return kind_err(kind);
+	tx->kind = TX_TRUSTED;
+	return 0;
+}
+
+static uint32_t cause_of(int err)
+{
+	switch (err) {
+	case ERR_NO_SOURCE:
+		return MRMGR_MONITOR_UNWATCHED_NO_SOURCE;
+	case ERR_SHARED:
+		return MRMGR_MONITOR_UNWATCHED_SHARED;
+	case ERR_FILE:
+		return MRMGR_MONITOR_UNWATCHED_FILE;
+	case ERR_HOLE:
+		return MRMGR_MONITOR_UNWATCHED_HOLE;
+	case ERR_BUDGET:
+		return MRMGR_MONITOR_UNWATCHED_BUDGET;
+	default:
+		return MRMGR_MONITOR_UNWATCHED_REFUSED;
+	}
+}
+
+static const char *cause_text(uint32_t cause)
+{
+	switch (cause) {
+	case MRMGR_MONITOR_UNWATCHED_NO_SOURCE:
+		return "no memory-event source runs for this cache's mode "
+		       "(see mrmgr_cache_query_monitor(): uffd_error, "
+		       "hooks_error)";
+	case MRMGR_MONITOR_UNWATCHED_SHARED:
+		return "shared memory (MAP_SHARED, shmem, memfd, SysV) can "
+		       "change through another mapping or process";
+	case MRMGR_MONITOR_UNWATCHED_FILE:
+		return "a private file mapping: truncating the file (from any "
+		       "process) replaces even its private pages, and nothing "
+		       "reports it (allocate RDMA buffers with malloc/mmap)";
+	case MRMGR_MONITOR_UNWATCHED_HOLE:
+		return "part of the range is not mapped";
+	case MRMGR_MONITOR_UNWATCHED_BUDGET:
+		return "the watch budget (a quarter of vm.max_map_count) is "
+		       "spent";
+	default:
+		return "the kernel refused the userfaultfd registration";
+	}
+}
+
+/* One warning per cause per process: what is lost is said once, loudly. */
+static uint32_t warned_causes;
+
+static void unwatched(struct mrmgr_cache *c, uint64_t start, uint64_t last,
+		      int err)
+{
+	uint32_t cause = cause_of(err);
+
+	c->mon.unwatched++;
+	c->mon.unwatched_causes |= cause;
+	c->mon.unwatched_error = err;
+	if (!(__atomic_fetch_or(&warned_causes, cause, __ATOMIC_RELAXED) & cause))
+		mrmgr__warn("monitor: [%#llx, +%llu) is not watched: %s; such "
+			    "gets are registered and deregistered every time, "
+			    "never cached (said once per cause; "
+			    "mrmgr_cache_query_monitor() counts them)",
+			    (unsigned long long)start,
+			    (unsigned long long)(last - start + 1),
+			    cause_text(cause));
+	else
+		mrmgr__dbg("monitor: [%#llx, %#llx] not watched (%s): not cached",
+			   (unsigned long long)start, (unsigned long long)last,
+			   strerror(err));
 }
 
 int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
 			   uint64_t last, struct mrmgr__watch_tx *tx)
 {
 	uint32_t mode = c->mon.mode;
-	int err = ENODEV;
+	int err = ERR_NO_SOURCE, herr;
 
 	memset(tx, 0, sizeof(*tx));
-	/* Before anything pins the range, so notifications reach us. */
+	tx->start = start;
+	tx->last = last;
+	/* Before anything pins the range, so notifications reach us; then
+	 * the window opens (change.c has the argument). */
 	mrmgr__mon_filter_add(start, last);
+	tx->from = __atomic_load_n(&mrmgr__mon_word, __ATOMIC_SEQ_CST) >> 1;
 	if (mode == MRMGR_MONITOR_EXTERNAL || mode == MRMGR_MONITOR_NONE) {
 		tx->kind = TX_TRUSTED;
 		return 0;
 	}
 	pthread_mutex_lock(&mrmgr__mon_lock);
-	if (mode != MRMGR_MONITOR_HOOKS && mode != MRMGR_MONITOR_PATCH &&
-	    mrmgr__uffd_start() == 0) {
-		err = uffd_watch(tx, start, last);
-		if (!err) {
-			pthread_mutex_unlock(&mrmgr__mon_lock);
-			return 0;
-		}
-	}
-	if (mode != MRMGR_MONITOR_UFFD && mrmgr__mon_inproc_covers(mode, -1)) {
-		/* The hooks (library or patched libc) see this process's
-		 * calls on private memory; what happens to shared memory
-		 * elsewhere they cannot see. */
-		int kind = mrmgr__vma_classify(start, last, NULL, NULL);
-
-		if (mrmgr__mon_inproc_covers(mode, kind)) {
-			tx->kind = TX_TRUSTED;
-			err = 0;
-		} else {
-			err = kind == MRMGR__VMA_UNMAPPED ? EFAULT : EPERM;
-		}
+	if (mrmgr__mon_two_sided(mode)) {
+		err = trusted_watch(&c->mon, tx, start, last);
+	} else if ((mode == MRMGR_MONITOR_UFFD ||
+		    (mode == MRMGR_MONITOR_AUTO && !mrmgr__patch_start)) &&
+		   mrmgr__uffd_start() == 0) {
+		err = uffd_watch(&c->mon, tx, start, last);
+	} else if ((mode == MRMGR_MONITOR_HOOKS || mode == MRMGR_MONITOR_AUTO) &&
+		   mrmgr__hooks_state(&herr) == SRC_ACTIVE) {
+		/* Hooks that report after the call only. */
+		err = trusted_watch(&c->mon, tx, start, last);
 	}
 	pthread_mutex_unlock(&mrmgr__mon_lock);
-	if (err) {
-		c->mon.unwatched++;
-		mrmgr__dbg("monitor: [%#llx, %#llx] not watched (%s): not cached",
-			   (unsigned long long)start, (unsigned long long)last,
-			   strerror(err));
-	}
+	if (err)
+		unwatched(c, start, last, err);
 	return err;
 }
 
-void mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
-			     struct mrmgr_region *r)
+int mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
+			    struct mrmgr_region *r)
 {
-	(void)c;
+	int dirty = r->watch.dirty;
+
 	r->watched = 0;
+	r->watch.dirty = 0;
+	/*
+	 * After the registration pinned the pages: a change that is in
+	 * flight over them, or began (or ended) since the window opened, may
+	 * have released them; what this registration holds may then be the
+	 * old pages, and caching it would hand them out to a thread that got
+	 * the address back.
+	 */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (dirty || mrmgr__mon_change_in_flight(tx->start, tx->last) ||
+	    mrmgr__mon_queue_dirty(tx->from, tx->start, tx->last)) {
+		mrmgr__mon_watch_abort(c, tx);
+		c->mon.window_uncached++;
+		return EAGAIN;
+	}
 	if (tx->kind != TX_UFFD)
-		return;
+		return 0;
 	/* The region joins the range before the provisional entry leaves it,
 	 * so nothing is unregistered in between. */
 	pthread_mutex_lock(&mrmgr__mon_lock);
@@ -297,6 +479,7 @@ void mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
 	pthread_mutex_unlock(&mrmgr__mon_lock);
 	r->watched = 1;
 	tx->kind = TX_NONE;
+	return 0;
 }
 
 void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx)

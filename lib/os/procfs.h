@@ -55,4 +55,9 @@ struct mrmgr__procmap_query {
 #define MRMGR__PROCMAP_WRITABLE 0x02
 #define MRMGR__PROCMAP_VMA_SHARED 0x08
 
+/* The process id, kept current by a fork handler: getpid() is a system
+ * call since glibc 2.25, and a cache miss must not pay for it. Children
+ * of vfork()/clone() run no handlers (they must exec or _exit). */
+pid_t mrmgr__getpid(void);
+
 #endif /* MRMGR__PROCFS_H */

@@ -43,7 +43,7 @@ static int query_works = -1; /* -1 unknown, 0 no (ENOTTY), 1 yes */
 
 static int get_maps_fd(void)
 {
-	pid_t pid = getpid();
+	pid_t pid = mrmgr__getpid();
 
 	/* The file is bound to the process that opened it: a fork child
 	 * reading its parent's fd would classify the parent's memory. */

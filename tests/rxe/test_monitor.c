@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -352,4 +353,202 @@ Test(rxe_monitor, free_malloc_4mib_blocks)
 	mon_close(&m);
 	if (same == 0)
 		cr_skip_test("malloc never returned the freed block's address");
+}
+
+/* ------------------------------------------------------------ issue 11 */
+
+/*
+ * Issue 11's cases 1, 2 and 4 with RDMA byte checks. They need a source
+ * that sees both sides of a change (the patched libc, or the hooks); where
+ * the default mode is userfaultfd alone (a build without the patched libc)
+ * they skip. MRMGR_TEST_TORTURE_EVENTS sets the number of gets (default
+ * 400).
+ */
+static int two_sided(mrmgr_cache_t *c)
+{
+	struct mrmgr_monitor_info i = mon_info(c);
+
+	return i.sources && i.sources != MRMGR_MONITOR_SRC_UFFD;
+}
+
+static void need_two_sided(struct mon *m)
+{
+	if (!two_sided(m->cache)) {
+		uint32_t s = mon_info(m->cache).sources;
+
+		mon_close(m);
+		cr_skip_test("the default mode is userfaultfd alone here "
+			     "(sources %#x): one-sided; passes with the "
+			     "patched-libc source", s);
+	}
+}
+
+static uint64_t gets_wanted(void)
+{
+	const char *e = getenv("MRMGR_TEST_TORTURE_EVENTS");
+
+	return e && *e ? strtoull(e, NULL, 10) : 400;
+}
+
+#define CHECK_LEN ((size_t)4096)
+
+struct mt {
+	struct mon *m;
+	pthread_mutex_t qp;     /* one QP: WRITEs one at a time */
+	uint64_t iters;
+	uint64_t bad, writes;
+};
+
+/* WRITE a fresh pattern through r into dst and compare, under the QP lock;
+ * returns 1 when the bytes arrived. */
+static int write_check(struct mt *t, mrmgr_region_t *r, char *dst,
+		       unsigned int seed)
+{
+	int ok;
+
+	pthread_mutex_lock(&t->qp);
+	rdma_fill_pattern(t->m->src, CHECK_LEN, seed);
+	ok = write_to(t->m, dst, mrmgr_region_rkey(r), CHECK_LEN) ==
+		     IBV_WC_SUCCESS &&
+	     !memcmp(dst, t->m->src, CHECK_LEN);
+	t->writes++;
+	pthread_mutex_unlock(&t->qp);
+	return ok;
+}
+
+/* Case 1: each thread its own 256 KiB buffers, malloc/free, no lock. */
+static void *alloc_thread(void *arg)
+{
+	struct mt *t = arg;
+	uint64_t bad = 0;
+
+	for (uint64_t i = 0; i < t->iters; i++) {
+		const size_t n = 256 * 1024;
+		char *p = malloc(n);
+		mrmgr_region_t *r;
+
+		cr_assert_not_null(p);
+		memset(p, 'B', n);
+		r = rxe_get(t->m->cache, p, n, RXE_RW);
+		bad += !write_check(t, r, p + n - CHECK_LEN, (unsigned int)i);
+		mrmgr_put(r);
+		free(p);
+	}
+	__atomic_fetch_add(&t->bad, bad, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+Test(rxe_monitor, two_threads_malloc_free_same_size, .timeout = 900)
+{
+	static struct mt t;
+	struct mon m;
+	pthread_t th[2];
+
+	cr_assert_eq(mallopt(M_MMAP_THRESHOLD, 128 * 1024), 1);
+	mon_open(&m, LEN);
+	need_two_sided(&m);
+	memset(&t, 0, sizeof(t));
+	t.m = &m;
+	pthread_mutex_init(&t.qp, NULL);
+	t.iters = gets_wanted() / 2;
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, alloc_thread, &t), 0);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	cr_log_info("%s: %llu WRITEs, %llu not in the new pages", m.f.name,
+		    (unsigned long long)t.writes, (unsigned long long)t.bad);
+	cr_assert_eq(t.bad, 0, "WRITEs that landed in freed pages");
+	mon_close(&m);
+}
+
+/* Case 2: a buffer grows page by page (headroom reaches the neighbour)
+ * while another thread discards the neighbour and WRITEs into it. */
+struct hr {
+	struct mt t;
+	char *base;
+	int stop;
+};
+
+static void *neighbour_thread(void *arg)
+{
+	struct hr *h = arg;
+	char *nb = h->base + 64 * 4096;
+	uint64_t bad = 0;
+	unsigned int seed = 1;
+
+	while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
+		mrmgr_region_t *r;
+
+		cr_assert_eq(madvise(nb, 64 * 4096, MADV_DONTNEED), 0);
+		memset(nb, 'N', 64 * 4096);
+		r = rxe_get(h->t.m->cache, nb, 64 * 4096, RXE_RW);
+		bad += !write_check(&h->t, r, nb + 63 * 4096, seed++);
+		mrmgr_put(r);
+	}
+	__atomic_fetch_add(&h->t.bad, bad, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+Test(rxe_monitor, headroom_next_to_madvise_dontneed, .timeout = 900)
+{
+	static struct hr h;
+	struct mon m;
+	pthread_t th;
+	uint64_t rounds = gets_wanted() / 64 + 1;
+
+	mon_open(&m, LEN);
+	need_two_sided(&m);
+	memset(&h, 0, sizeof(h));
+	h.t.m = &m;
+	pthread_mutex_init(&h.t.qp, NULL);
+	h.base = rdma_map(128 * 4096, 'G');
+	cr_assert_eq(pthread_create(&th, NULL, neighbour_thread, &h), 0);
+	for (uint64_t k = 0; k < rounds; k++) {
+		for (size_t n = 1; n <= 64; n++) {
+			mrmgr_region_t *r = rxe_get(m.cache, h.base, n * 4096, RXE_RW);
+
+			h.t.bad += !write_check(&h.t, r, h.base + (n - 1) * 4096,
+						(unsigned int)n);
+			mrmgr_put(r);
+		}
+		cr_assert_eq(mrmgr_invalidate(m.cache, h.base, 64 * 4096), 0);
+	}
+	__atomic_store_n(&h.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	cr_log_info("%s: %llu WRITEs, %llu headroom bytes, %llu wrong", m.f.name,
+		    (unsigned long long)h.t.writes,
+		    (unsigned long long)rxe_stats(m.cache).headroom_bytes,
+		    (unsigned long long)h.t.bad);
+	cr_assert_gt(rxe_stats(m.cache).headroom_bytes, 0, "headroom is on");
+	cr_assert_eq(h.t.bad, 0);
+	munmap(h.base, 128 * 4096);
+	mon_close(&m);
+}
+
+/* Case 4: madvise() fails (a hole) after discarding the part before it;
+ * the next get's WRITE must land in the new pages. */
+Test(rxe_monitor, failed_madvise_discarded_part)
+{
+	struct mon m;
+	char *p;
+	mrmgr_region_t *r;
+
+	mon_open(&m, LEN);
+	need_two_sided(&m);
+	p = rdma_map(3 * LEN, 'A');
+	cr_assert_eq(munmap(p + LEN, LEN), 0);
+	r = rxe_get(m.cache, p, LEN, RXE_RW);
+	mrmgr_put(r);
+	cr_assert_eq(madvise(p, 3 * LEN, MADV_DONTNEED), -1);
+	cr_assert_eq(errno, ENOMEM);
+	memset(p, 'B', LEN);
+	r = rxe_get(m.cache, p, LEN, RXE_RW);
+	rdma_fill_pattern(m.src, LEN, 11);
+	cr_assert_eq(write_to(&m, p, mrmgr_region_rkey(r), LEN), IBV_WC_SUCCESS);
+	rdma_expect_same(p, m.src, LEN, "WRITE after a failed madvise lands in "
+			 "the new pages");
+	mrmgr_put(r);
+	munmap(p, LEN);
+	munmap(p + 2 * LEN, LEN);
+	mon_close(&m);
 }

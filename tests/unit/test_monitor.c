@@ -28,6 +28,11 @@
 static struct mrmgr_cache_attr big = {
 	.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES, .max_bytes = 1ull << 32,
 };
+/* Raw syscall() changes reach only userfaultfd, which is opt-in. */
+static struct mrmgr_cache_attr big_uffd = {
+	.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES | MRMGR_CACHE_ATTR_MONITOR,
+	.max_bytes = 1ull << 32, .monitor = MRMGR_MONITOR_UFFD,
+};
 
 /* A write through r at every page of [p, p+len) must land in p. */
 static void write_all(struct fixture *f, mrmgr_region_t *r, char *p, size_t len,
@@ -132,7 +137,7 @@ static void run_case(enum kind k, int raw, int in_use, int full)
 	char *area = map_rw(3 * LEN, 'A'), *reg = area + LEN;
 
 	need_identity();
-	fx_open(&f, NULL, &big);
+	fx_open(&f, NULL, raw ? &big_uffd : &big);
 	cr_assert_eq(mrmgr_get(f.cache, reg, LEN, RW, &r1), 0);
 	write_all(&f, r1, reg, LEN, 'a', "before");
 	uint32_t key1 = mrmgr_region_rkey(r1);
@@ -215,7 +220,7 @@ Test(sequence, same_thread_unmap_map_get_write_repeated)
 	char *p = map_rw(LEN, 0);
 
 	need_identity();
-	fx_open(&f, NULL, &big);
+	fx_open(&f, NULL, &big_uffd); /* half the changes are raw */
 	for (int i = 0; i < 1000; i++) {
 		mrmgr_region_t *r;
 		int raw = i & 1;
@@ -278,7 +283,7 @@ Test(sequence, other_thread_observing_the_return)
 	pthread_mutex_init(&h.m, NULL);
 	pthread_cond_init(&h.cv, NULL);
 	h.p = map_rw(LEN, 0);
-	fx_open(&h.f, NULL, &big);
+	fx_open(&h.f, NULL, &big_uffd); /* half the changes are raw */
 	pthread_create(&t, NULL, getter, &h);
 	for (int i = 0; i < 300; i++) {
 		cr_assert_eq(x_munmap(h.p, LEN, i & 1), 0);

@@ -150,7 +150,10 @@ Test(hooks, sbrk_shrink)
 	fx_close(&f);
 }
 
-Test(hooks, private_file_mapping_is_covered)
+/* Issue 11 case 6: a truncate (from any process) replaces even private
+ * copies of a file's pages and no hook sees it: not cached, and a get
+ * after a truncate gets the pages mapped now. */
+Test(hooks, private_file_mapping_is_not_cached)
 {
 	struct fixture f;
 	char path[] = "/tmp/mrmgr-hooks-XXXXXX";
@@ -166,10 +169,11 @@ Test(hooks, private_file_mapping_is_covered)
 	open_hooks(&f);
 	r = get_write(&f, p, LEN, 0);
 	mrmgr_put(r);
-	cr_assert_eq(sstats(f.ctx).live_mrs, 1, "cached: the hooks vouch for it");
-	cr_assert_eq(munmap(p, LEN), 0);
-	cr_assert_eq(mmap(p, LEN, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0), (void *)p);
+	cr_assert_eq(sstats(f.ctx).live_mrs, 0, "a private file mapping is not cached");
+	cr_assert(minfo(f.cache).unwatched_causes & MRMGR_MONITOR_UNWATCHED_FILE);
+	/* Truncate and extend: the private pages are gone, new ones come. */
+	cr_assert_eq(ftruncate(fd, 0), 0);
+	cr_assert_eq(ftruncate(fd, LEN), 0);
 	memset(p, 2, LEN);
 	mrmgr_put(get_write(&f, p, LEN, 0));
 	cr_assert_eq(sstats(f.ctx).stale_accesses, 0);
@@ -216,7 +220,8 @@ Test(hooks, raw_syscalls_are_invisible_to_hooks)
 	munmap(p, LEN);
 }
 
-/* Where userfaultfd is refused, auto mode falls back to the hooks. */
+/* Auto mode takes the hooks (two-sided) when they are preloaded: it does
+ * not even try userfaultfd, refused here anyway. */
 Test(hooks, fallback_when_userfaultfd_is_refused)
 {
 	struct fixture f;
@@ -227,10 +232,11 @@ Test(hooks, fallback_when_userfaultfd_is_refused)
 	refuse_userfaultfd();
 	fx_open(&f, NULL, NULL);
 	struct mrmgr_monitor_info m = minfo(f.cache);
-	cr_assert_eq(m.uffd_error, EPERM);
-	/* libc patching, when it works here, runs beside the hooks */
-	cr_assert_eq(m.sources & ~(uint32_t)MRMGR_MONITOR_SRC_PATCH,
-		     MRMGR_MONITOR_SRC_HOOKS);
+	cr_assert(m.uffd_error == 0 || m.uffd_error == EPERM);
+	/* The patched libc, where it runs here, is preferred to the hooks:
+	 * both see both sides. */
+	cr_assert(m.sources == MRMGR_MONITOR_SRC_HOOKS ||
+		  m.sources == MRMGR_MONITOR_SRC_PATCH, "sources %#x", m.sources);
 	r1 = get_write(&f, p, LEN, 0);
 	uint32_t key1 = mrmgr_region_rkey(r1);
 	mrmgr_put(r1);

@@ -212,10 +212,12 @@ static void check_no_caching(struct fixture *f)
 Test(no_source, delivery_self_test_fails)
 {
 	struct fixture f;
+	/* userfaultfd is opt-in: auto never tries it (doc/monitor.md). */
+	struct mrmgr_cache_attr a = attr_mode(MRMGR_MONITOR_UFFD);
 
 	mrmgr__mon_test_flags = MRMGR__MON_TEST_DROP_EVENTS;
 	mrmgr__patch_test_flags = MRMGR__PATCH_TEST_UNKNOWN_PROLOGUE; /* no libc patching */
-	fx_open(&f, NULL, NULL);
+	fx_open(&f, NULL, &a);
 	struct mrmgr_monitor_info m = minfo(f.cache);
 	cr_assert_eq(m.uffd_error, ETIMEDOUT);
 	cr_assert_eq(m.sources, 0);
@@ -226,10 +228,12 @@ Test(no_source, delivery_self_test_fails)
 Test(no_source, userfaultfd_refused)
 {
 	struct fixture f;
+	/* userfaultfd is opt-in: auto never tries it (doc/monitor.md). */
+	struct mrmgr_cache_attr a = attr_mode(MRMGR_MONITOR_UFFD);
 
 	mrmgr__mon_test_flags = MRMGR__MON_TEST_UFFD_EPERM;
 	mrmgr__patch_test_flags = MRMGR__PATCH_TEST_UNKNOWN_PROLOGUE; /* no libc patching */
-	fx_open(&f, NULL, NULL);
+	fx_open(&f, NULL, &a);
 	cr_assert_eq(minfo(f.cache).uffd_error, EPERM);
 	check_no_caching(&f);
 	fx_close(&f);
@@ -238,11 +242,13 @@ Test(no_source, userfaultfd_refused)
 Test(no_source, seccomp_refuses_userfaultfd)
 {
 	struct fixture f;
+	/* userfaultfd is opt-in: auto never tries it (doc/monitor.md). */
+	struct mrmgr_cache_attr a = attr_mode(MRMGR_MONITOR_UFFD);
 
 	refuse_userfaultfd();
 	cr_assert_eq(syscall(__NR_userfaultfd, 0), -1);
 	mrmgr__patch_test_flags = MRMGR__PATCH_TEST_UNKNOWN_PROLOGUE; /* no libc patching */
-	fx_open(&f, NULL, NULL);
+	fx_open(&f, NULL, &a);
 	cr_assert_eq(minfo(f.cache).uffd_error, EPERM);
 	check_no_caching(&f);
 	fx_close(&f);

@@ -5,6 +5,9 @@
  * threads under a mutex per slot, so whoever gets a slot has observed the
  * last change to it: every write through a region obtained after that
  * change must land (zero stale accesses), and at the end no MR is left.
+ * Raw syscall() changes are seen by userfaultfd only, which is opt-in:
+ * this suite runs in that mode (the default mode's torture tests, with
+ * threads that malloc and free, are in test_monitor_cases.c).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -187,7 +190,8 @@ Test(torture, two_threads_100k_events, .timeout = 600)
 {
 	static struct torture t;
 	struct mrmgr_cache_attr a = {
-		.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES, .max_bytes = 1ull << 32,
+		.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES | MRMGR_CACHE_ATTR_MONITOR,
+		.max_bytes = 1ull << 32, .monitor = MRMGR_MONITOR_UFFD,
 	};
 	struct mrmgr_monitor_info m;
 	uint64_t total = 0, want = EVENTS_DEFAULT;
