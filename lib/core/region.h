@@ -73,11 +73,20 @@ enum mrmgr__region_flags {
 
 /*
  * A reference word: bit 0 "not live" (the region's state is not
- * MRMGR__REGION_LIVE), bit 3 "used" (set by hits, cleared by the LRU
- * hand), bits 8-63 the count plus a bias of 2^63 (the count moves in
- * steps of MRMGR__REF_ONE and never reaches the low byte).
+ * MRMGR__REGION_LIVE), bit 1 "keys" (the word after it holds the MR's
+ * lkey and rkey, see mrmgr__region_set_keys()), bit 3 "used" (set by
+ * hits, cleared by the LRU hand), bits 8-63 the count plus a bias of
+ * 2^63 (the count moves in steps of MRMGR__REF_ONE and never reaches the
+ * low byte).
+ *
+ * Each word is the first half of a 16-byte entry; the second half holds
+ * a copy of the region's keys, written by the lock's holder whenever the
+ * MR is made or changed. A caller that reads a key after a hit reads it
+ * from the line the hit just wrote, not from the region or the MR (two
+ * more cache misses per hit when the regions are many).
  */
 #define MRMGR__REF_DEAD UINT64_C(1)
+#define MRMGR__REF_KEYS UINT64_C(2)
 #define MRMGR__REF_USED UINT64_C(8)
 #define MRMGR__REF_ONE UINT64_C(256)
 #define MRMGR__REF_BIAS (UINT64_C(1) << 63)
@@ -154,7 +163,10 @@ static inline unsigned int mrmgr__thread_slot(void)
 	return mrmgr__likely(s != ~0u) ? s : mrmgr__thread_slot_slow();
 }
 
-/* Region i sits at (i + 1) << shift in its slab: word i + 1 of each array. */
+/* Bytes of a reference entry (word, keys): 1 << MRMGR__REF_ENTRY_SHIFT. */
+#define MRMGR__REF_ENTRY_SHIFT 4u
+
+/* Region i sits at (i + 1) << shift in its slab: entry i + 1 of each array. */
 static inline uint64_t *mrmgr__ref_word_at(const struct mrmgr_region *r,
 					   uintptr_t words)
 {
@@ -162,7 +174,7 @@ static inline uint64_t *mrmgr__ref_word_at(const struct mrmgr_region *r,
 
 	return (uint64_t *)(base + words +
 			    (((uintptr_t)r - base) >>
-			     (MRMGR__REGION_SHIFT - 3)));
+			     (MRMGR__REGION_SHIFT - MRMGR__REF_ENTRY_SHIFT)));
 }
 
 /* r's reference word of stripe slot: no load from r itself. */
@@ -225,6 +237,15 @@ static inline void mrmgr__ref_mark_used(uint64_t *w)
 {
 	__atomic_fetch_or(w, MRMGR__REF_USED, __ATOMIC_RELAXED);
 }
+
+/*
+ * The keys copied next to the reference words: lkey in the low half, rkey
+ * in the high half. Set when the MR is made or changed (lock held, nobody
+ * else using a changed MR: quiesced or new); cleared when it goes. Not
+ * set in a multi-PD cache (the plain accessors' MR is another one).
+ */
+void mrmgr__region_set_keys(struct mrmgr_region *r);
+void mrmgr__region_clear_keys(struct mrmgr_region *r);
 
 /* Regions of a cache: slabs, newest first. */
 struct mrmgr__region_slabs {

@@ -328,6 +328,7 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 		}
 		MRMGR__WRITE_ONCE(r->access, access);
 		r->gen = ++c->next_gen;
+		mrmgr__region_set_keys(r); /* the keys may have changed */
 		return REREG_DONE;
 	case IBV_REREG_MR_ERR_INPUT:
 	case IBV_REREG_MR_ERR_DONT_FORK_NEW:
@@ -408,7 +409,9 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	/* Nothing to change (cannot happen after a true miss): a hit. */
 	res = flags ? rereg(c, r, flags, c->pd, *rs, new_len, *racc) : REREG_DONE;
 	if (res == REREG_DONE) {
-		mrmgr__ref_take(r, slot);
+		/* Used, as a new region is (evict.c). */
+		if (!(mrmgr__ref_take(r, slot) & MRMGR__REF_USED))
+			mrmgr__ref_mark_used(mrmgr__ref_word(r, slot));
 		mrmgr__cache_publish(c, r);
 		*out = r;
 		return 0;
