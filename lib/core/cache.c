@@ -487,13 +487,17 @@ static struct mrmgr_region *try_hit(struct mrmgr_cache *c, uint64_t start,
  * twice the request's size.
  */
 static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
-		      unsigned int *access, uint64_t limit)
+		      unsigned int *access, uint64_t limit, uint64_t *ask_start,
+		      uint64_t *ask_last)
 {
-	uint64_t s = *start, l = *last, req = l - s;
+	uint64_t s = *start, l = *last, req = l - s, as = s, al = l;
 	unsigned int acc = *access;
-	int grown, joined = 0;
-	int growth = mrmgr__itree_first_overlap(&c->tree, s, l) != NULL;
+	int grown, joined = 0, growth = 0;
 
+	for (struct mrmgr__itree_node *n =
+		     mrmgr__itree_first_overlap(&c->tree, s, l);
+	     n && !growth; n = mrmgr__itree_next_overlap(n, s, l))
+		growth = mrmgr__cache_joins(node_region(n), s, l, s, l);
 	do {
 		uint64_t qs = s ? s - 1 : 0, ql = l != UINT64_MAX ? l + 1 : l;
 
@@ -501,9 +505,18 @@ static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
 		for (struct mrmgr__itree_node *n =
 			     mrmgr__itree_first_overlap(&c->tree, qs, ql);
 		     n; n = mrmgr__itree_next_overlap(n, qs, ql)) {
-			if ((n->last < s || n->start > l) &&
-			    (growth || n->last - n->start > 2 * req + 1))
-				continue; /* touches: stays apart */
+			struct mrmgr_region *r = node_region(n);
+
+			if (n->last < s || n->start > l) {
+				if (growth || n->last - n->start > 2 * req + 1)
+					continue; /* touches: stays apart */
+			} else if (!mrmgr__cache_joins(r, as, al, s, l)) {
+				continue; /* overlaps only its headroom */
+			}
+			if (r->asked_start < as)
+				as = r->asked_start;
+			if (r->asked_last > al)
+				al = r->asked_last;
 			if (n->start < s) {
 				s = n->start;
 				grown = 1;
@@ -521,7 +534,16 @@ static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
 	*start = s;
 	*last = l;
 	*access = acc;
+	*ask_start = as;
+	*ask_last = al;
 	return joined;
+}
+
+int mrmgr__cache_joins(const struct mrmgr_region *r, uint64_t as, uint64_t al,
+		       uint64_t s, uint64_t l)
+{
+	return (r->asked_start <= al && as <= r->asked_last) ||
+	       (r->node.start >= s && r->node.last <= l);
 }
 
 /* A registration's counters and debug line; lock held. */
@@ -737,7 +759,7 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		unsigned int access, unsigned int slot, unsigned int gflags,
 		struct mrmgr_region **out)
 {
-	uint64_t rs = start, rl = last;
+	uint64_t rs = start, rl = last, as = start, al = last;
 	unsigned int racc = access;
 	int cacheable = !(c->cfg.flags & MRMGR_CACHE_DISABLE);
 	int unlock = (gflags & MRMGR__GET_MAY_UNLOCK) &&
@@ -764,7 +786,7 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		if (c->caps.max_mr_size && c->caps.max_mr_size < limit)
 			limit = c->caps.max_mr_size;
 		/* Also true for a region inside the request: it is absorbed. */
-		merged = merge_span(c, &rs, &rl, &racc, limit);
+		merged = merge_span(c, &rs, &rl, &racc, limit, &as, &al);
 	}
 	if (unlock && merged && inflight_find(c, rs, rl)) {
 		inflight_wait(c);
@@ -774,7 +796,7 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		/* Growth and access upgrades: rereg the one region in place,
 		 * or widen the span by the headroom policy (grow.c). */
 		ret = mrmgr__grow_miss(c, start, last, slot, &rs, &rl, &racc,
-				       out);
+				       as, al, out);
 		if (ret != MRMGR__GROW_PASS)
 			return ret;
 	}
@@ -803,8 +825,8 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		c->reap_on = 0;
 		if (!room || mrmgr__mon_watch_begin(c, rs, rl, &watch)) {
 			cacheable = 0;
-			rs = start;
-			rl = last;
+			as = rs = start;
+			al = rl = last;
 			racc = access;
 			merged = 0;
 		}
@@ -838,8 +860,8 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		 * span does not fit even with every idle region evicted, yet
 		 * the request alone may. Register just the request. */
 		account_pinned(c, kind, rl - rs + 1, -1);
-		rs = start;
-		rl = last;
+		as = rs = start;
+		al = rl = last;
 		racc = access;
 		merged = 0;
 		account_pinned(c, kind, rl - rs + 1, 1);
@@ -894,6 +916,8 @@ have_mr:
 	MRMGR__WRITE_ONCE(r->node.start, rs);
 	MRMGR__WRITE_ONCE(r->node.last, rl);
 	MRMGR__WRITE_ONCE(r->access, racc);
+	r->asked_start = as < start ? as : start;
+	r->asked_last = al > last ? al : last;
 	/* A new region is as recently used as a hit one (evict.c). */
 	mark_used(r, slot, mrmgr__ref_take(r, slot));
 	if (kind != MRMGR__REGION_PINNED)
@@ -912,11 +936,18 @@ have_mr:
 	}
 	/* Everything the new region covers goes; its users keep their MRs
 	 * (make-before-break) and deregister them at their last put. */
-	for (struct mrmgr__itree_node *n;
-	     merged && (n = mrmgr__itree_first_overlap(&c->tree, rs, rl));) {
+	for (struct mrmgr__itree_node *n =
+		     merged ? mrmgr__itree_first_overlap(&c->tree, rs, rl) : NULL;
+	     n;) {
+		if (!mrmgr__cache_joins(node_region(n), as, al, rs, rl)) {
+			/* Overlapped only in its headroom: stays. */
+			n = mrmgr__itree_next_overlap(n, rs, rl);
+			continue;
+		}
 		if (!region_detach(c, node_region(n)))
 			c->st.make_before_break++;
 		c->st.merges++;
+		n = mrmgr__itree_first_overlap(&c->tree, rs, rl);
 	}
 	mrmgr__evict_age(c);
 	region_publish(c, r);

@@ -151,6 +151,17 @@ void mrmgr__cache_each_cached(struct mrmgr_cache *c,
 			      void (*fn)(struct mrmgr_cache *c,
 					 struct mrmgr_region *r, void *arg),
 			      void *arg);
+/*
+ * Whether cached region r joins a miss whose requests span [as, al]
+ * (the request and what was asked of the regions joined so far) and
+ * whose registration spans [s, l]: r overlaps it and either what was
+ * asked of r overlaps [as, al] or r lies inside [s, l]. A region the
+ * miss overlaps only in its headroom (memory nobody asked for, perhaps
+ * the next buffer) stays apart.
+ */
+int mrmgr__cache_joins(const struct mrmgr_region *r, uint64_t as, uint64_t al,
+		       uint64_t s, uint64_t l);
+
 /* mrmgr_get()'s access check (EINVAL and a log line). */
 int mrmgr__cache_check_access(const char *fn, unsigned int access);
 

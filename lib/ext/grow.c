@@ -353,8 +353,8 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 
 int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		     unsigned int slot, uint64_t *rs,
-		     uint64_t *rl, unsigned int *racc,
-		     struct mrmgr_region **out)
+		     uint64_t *rl, unsigned int *racc, uint64_t as,
+		     uint64_t al, struct mrmgr_region **out)
 {
 	struct mrmgr_region *r = NULL;
 	uint64_t hs = UINT64_MAX, hl = 0, n = 0, old_len, new_len;
@@ -363,6 +363,8 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	for (struct mrmgr__itree_node *node =
 		     mrmgr__itree_first_overlap(&c->tree, *rs, *rl);
 	     node; node = mrmgr__itree_next_overlap(node, *rs, *rl)) {
+		if (!mrmgr__cache_joins(node_region(node), as, al, *rs, *rl))
+			continue; /* only its headroom: stays apart */
 		r = node_region(node);
 		n++;
 		hs = node->start < hs ? node->start : hs;
@@ -409,6 +411,8 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	/* Nothing to change (cannot happen after a true miss): a hit. */
 	res = flags ? rereg(c, r, flags, c->pd, *rs, new_len, *racc) : REREG_DONE;
 	if (res == REREG_DONE) {
+		r->asked_start = as < start ? as : start;
+		r->asked_last = al > last ? al : last;
 		/* Used, as a new region is (evict.c). */
 		if (!(mrmgr__ref_take(r, slot) & MRMGR__REF_USED))
 			mrmgr__ref_mark_used(mrmgr__ref_word(r, slot));
@@ -475,6 +479,8 @@ int mrmgr__grow_held(struct mrmgr_cache *c, struct mrmgr_region **rp,
 				      : rereg(c, r, flags, c->pd, start, len, access);
 		}
 		if (res == REREG_DONE) {
+			r->asked_start = start;
+			r->asked_last = last;
 			mrmgr__ref_take(r, slot);
 			/* Back in the cache; one that was handed out uncached
 			 * goes in only if the limits allow it now. */

@@ -480,7 +480,7 @@ static void grow_back_to_back(uint32_t monitor, int doubling, int interleaved,
 {
 	struct fixture f;
 	struct mrmgr_cache_attr a = cattr(0);
-	size_t steps = doubling ? 9 : 64, final = doubling ? 256 * PG : 64 * PG;
+	size_t steps = doubling ? 9 : 48, final = doubling ? 256 * PG : 48 * PG;
 	char *buf = map_rw(B2B * final, 0);
 	mrmgr_region_t *r;
 
