@@ -131,7 +131,7 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 	unsigned int budget = EXAMINE;
 	uint32_t round = c->evict_round;
 	struct mrmgr_region *first = NULL; /* the first this pick spared */
-	int lapped = 0;
+	int lapped = 0, used;
 	struct mrmgr__lru_link *l;
 
 	/* Holders come and go: give the oldest held regions back to the
@@ -170,13 +170,13 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 			lapped = 1; /* a full turn: every idle one was used */
 		}
 		l = l->next;
-		if (mrmgr__region_refs(r, c->nstripes)) {
+		if (mrmgr__region_look(r, c->nstripes, &used)) {
 			/* Paid for by the get that took it: no budget. */
 			move_to_back(&c->held, r);
 			continue;
 		}
 		budget--;
-		if (mrmgr__region_take_used(r, c->nstripes)) {
+		if (used) {
 			r->spared = round; /* a second chance */
 			if (!first)
 				first = r;

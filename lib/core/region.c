@@ -200,6 +200,33 @@ void mrmgr__region_clear_keys(struct mrmgr_region *r)
 				   __ATOMIC_SEQ_CST);
 }
 
+int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
+		       int *used)
+{
+	uint64_t sum = 0, had = 0;
+
+	/* One pass: the words' counts (bias included, wrapping) and which
+	 * stripes have a used bit; then clear those, only when idle. */
+	for (unsigned int i = 0; i < nstripes; i++) {
+		uint64_t w = __atomic_load_n(mrmgr__ref_word(r, i),
+					     __ATOMIC_SEQ_CST);
+
+		sum += (w & ~(MRMGR__REF_ONE - 1)) - MRMGR__REF_BIAS;
+		had |= (uint64_t)!!(w & MRMGR__REF_USED) << i;
+	}
+	*used = had != 0;
+	if (sum)
+		return 1;
+	while (had) {
+		unsigned int i = (unsigned int)__builtin_ctzll(had);
+
+		had &= had - 1;
+		__atomic_fetch_and(mrmgr__ref_word(r, i), ~MRMGR__REF_USED,
+				   __ATOMIC_RELAXED);
+	}
+	return 0;
+}
+
 int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes)
 {
 	int used = 0;

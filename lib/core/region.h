@@ -294,6 +294,14 @@ static inline int mrmgr__region_state(const struct mrmgr_region *r)
  */
 void mrmgr__region_set_state(struct mrmgr_region *r, int state);
 
+/*
+ * The eviction hand's look at r, reading each word once: returns 1 when
+ * it is held (references summing to nonzero; the used bits are left);
+ * else 0, its used bits cleared and *used whether any was set.
+ */
+int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
+		       int *used);
+
 /* Clear the used bits; returns whether any was set. */
 int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes);
 
