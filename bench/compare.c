@@ -187,15 +187,23 @@ static void churn(const struct drv_ops *ops, struct drv *d, char *base,
 static void miss_zero_cost(char *base)
 {
 	static const struct cost_model zero = { 0, 0 };
-	struct samples ns[NDRV_MAX] = { 0 };
+	static struct samples ns[NDRV_MAX + 1];
+	const struct drv_ops *md[NDRV_MAX + 1];
+	size_t nmd = 0;
 	double *t = calloc(opt.miss_ops, sizeof(*t));
 
 	if (!t)
 		die("calloc", ENOMEM);
+	for (size_t k = 0; k < ndrv; k++)
+		md[nmd++] = drivers[k];
+#ifdef HAVE_UCX
+	if (ndrv > 1)
+		md[nmd++] = &ucx_sim_drv; /* pays the simulated HCA too */
+#endif
 	for (int rep = 0; rep < opt.reps; rep++) {
-		for (size_t j = 0; j < ndrv; j++) {
-			size_t k = rep & 1 ? ndrv - 1 - j : j;
-			const struct drv_ops *ops = drivers[k];
+		for (size_t j = 0; j < nmd; j++) {
+			size_t k = rep & 1 ? nmd - 1 - j : j;
+			const struct drv_ops *ops = md[k];
 			uint64_t seed = 777 + (uint64_t)rep;
 			uint64_t keep = opt.miss_ops - opt.miss_ops / 100;
 			struct drv *d;
@@ -217,11 +225,14 @@ static void miss_zero_cost(char *base)
 	free(t);
 	printf("\n### the same churn at zero registration cost\n\n"
 	       "| cache | ns per op |\n|---|---:|\n");
-	for (size_t k = 0; k < ndrv; k++) {
-		printf("| %s | %.0f |\n", drivers[k]->name, median(&ns[k]));
+	for (size_t k = 0; k < nmd; k++) {
+		printf("| %s | %.0f |\n", md[k]->name, median(&ns[k]));
 		csv_row("miss", "churn-zero-cost", CHURN_LIMIT, 1,
-			drivers[k]->name, "ns_per_op", &ns[k]);
-		sum.churn_zero[k] = median(&ns[k]);
+			md[k]->name, "ns_per_op", &ns[k]);
+		if (k < 2)
+			sum.churn_zero[k] = median(&ns[k]);
+		else
+			sum.churn_zero_sim = median(&ns[k]);
 	}
 	fflush(stdout);
 }
@@ -232,14 +243,25 @@ struct miss_thread {
 	char *base;       /* this thread's own buffers */
 	uint64_t nbuf, nops, seed;
 	pthread_barrier_t *bar;
-	double t0, t1;
+	double t0, t1, cpu;
 };
+
+static double thread_cpu_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
 
 static void *miss_thread_main(void *arg)
 {
 	struct miss_thread *m = arg;
 
+	double c0;
+
 	pthread_barrier_wait(m->bar);
+	c0 = thread_cpu_ns();
 	m->t0 = now_ns();
 	for (uint64_t i = 0; i < m->nops; i++) {
 		uint64_t r = rng_next(&m->seed);
@@ -252,6 +274,7 @@ static void *miss_thread_main(void *arg)
 		m->ops->put(m->d, h);
 	}
 	m->t1 = now_ns();
+	m->cpu = thread_cpu_ns() - c0;
 	return NULL;
 }
 
@@ -263,7 +286,7 @@ static void *miss_thread_main(void *arg)
 static void miss_threads(char *base)
 {
 	static const int nth[3] = { 1, 2, 4 };
-	static struct samples tput[NDRV_MAX][3];
+	static struct samples tput[NDRV_MAX][3], ovl[NDRV_MAX][3];
 	uint64_t per = opt.miss_ops / 4;
 
 	for (int rep = 0; rep < opt.reps; rep++) {
@@ -276,7 +299,7 @@ static void miss_threads(char *base)
 				pthread_t tid[4];
 				pthread_barrier_t bar;
 				uint64_t share = CHURN_BUFFERS / (uint64_t)n;
-				double lo = 0, hi = 0;
+				double lo = 0, hi = 0, cpu = 0;
 				struct drv *d;
 				int ret = ops->open(&d, CHURN_LIMIT,
 						    (uint64_t)1 << 50,
@@ -298,6 +321,7 @@ static void miss_threads(char *base)
 				}
 				for (int i = 0; i < n; i++) {
 					pthread_join(tid[i], NULL);
+					cpu += m[i].cpu;
 					if (i == 0 || m[i].t0 < lo)
 						lo = m[i].t0;
 					if (i == 0 || m[i].t1 > hi)
@@ -307,22 +331,29 @@ static void miss_threads(char *base)
 				ops->close(d);
 				add(&tput[k][ti], (double)(per * (uint64_t)n) /
 							  (hi - lo) * 1e9);
+				add(&ovl[k][ti], cpu / (hi - lo));
 			}
 		}
 	}
 	printf("\n### misses from several threads on distinct buffers "
 	       "(10 us + 100 ns/page)\n\n%llu get+put per thread, %d "
-	       "repetitions; throughput in ops/s, scaling = over 1 thread's\n\n"
+	       "repetitions; throughput in ops/s, scaling = over 1 thread's;\n"
+	       "CPU = the threads' CPU time over the wall time (the busy-wait "
+	       "is CPU time: 2 threads that ran side by side show 2.0; less, "
+	       "the machine was busy and scaling says little)\n\n"
 	       "| cache | 1 thread | 2 threads | 4 threads | scaling 2 | "
-	       "scaling 4 |\n|---|---:|---:|---:|---:|---:|\n",
+	       "scaling 4 | CPU 1 / 2 / 4 |\n|---|---:|---:|---:|---:|---:|---|\n",
 	       (unsigned long long)per, opt.reps);
 	for (size_t k = 0; k < ndrv; k++) {
 		double t1 = median(&tput[k][0]);
 
-		printf("| %s | %.0f | %.0f | %.0f | %.2f | %.2f |\n",
+		printf("| %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f / %.2f / "
+		       "%.2f |\n",
 		       drivers[k]->name, t1, median(&tput[k][1]),
 		       median(&tput[k][2]), median(&tput[k][1]) / t1,
-		       median(&tput[k][2]) / t1);
+		       median(&tput[k][2]) / t1, median(&ovl[k][0]),
+		       median(&ovl[k][1]), median(&ovl[k][2]));
+		sum.miss_cpu[k] = median(&ovl[k][1]);
 		for (int ti = 0; ti < 3; ti++) {
 			csv_row("miss", "threads-distinct", CHURN_LIMIT,
 				nth[ti], drivers[k]->name, "ops_per_s",
@@ -668,8 +699,12 @@ static void print_summary(void)
 	    sum.churn_over[0], sum.churn_over[1], "", "libmrmgr <= 1,000");
 	row("miss churn at zero registration cost (ns per op)",
 	    sum.churn_zero[0], sum.churn_zero[1], "", "");
+	row("the same, UCX on the simulated HCA too (ns per op)",
+	    sum.churn_zero[0], sum.churn_zero_sim, "", "");
 	row("misses from 2 threads: throughput over 1 thread's",
 	    sum.miss_scale[0][1], sum.miss_scale[1][1], "", ">= 1.8");
+	row("  (2 threads' CPU time over wall time: 2.0 = side by side)",
+	    sum.miss_cpu[0], sum.miss_cpu[1], "", "");
 	row("misses from 4 threads: throughput over 1 thread's",
 	    sum.miss_scale[0][2], sum.miss_scale[1][2], "", ">= 2 threads'");
 	row("growth, doubling 4 KiB -> 64 MiB, one buffer (ns per step)",

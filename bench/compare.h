@@ -131,7 +131,9 @@ struct summary {
 	double churn[2];           /* ns per op, 10 us + 100 ns/page */
 	double churn_over[2];      /* ns above the model per miss */
 	double churn_zero[2];      /* ns per op at zero registration cost */
+	double churn_zero_sim;     /* the same, UCX on the simulated HCA */
 	double miss_scale[2][3];   /* throughput of 2, 4 threads over 1 */
+	double miss_cpu[2];        /* 2 threads' CPU time over wall time */
 	double dbl_b2b_ns[2];      /* doubling, back to back: ns per step */
 	double dbl_b2b_pages[2];
 	double dbl_ns[2];          /* doubling, one buffer: ns per step */
