@@ -693,6 +693,17 @@ static void reap_recycle(struct mrmgr_cache *c, struct mrmgr_region *list,
 	}
 }
 
+/* Deregister and recycle what was retired, lock held (nothing to register
+ * meanwhile). */
+static void reap_locked(struct mrmgr_cache *c)
+{
+	struct mrmgr_region *reap = c->reap;
+
+	c->reap = NULL;
+	if (reap)
+		reap_recycle(c, reap, reap_dereg(c, reap));
+}
+
 /*
  * Register [start, +len) with the lock released; deregister the regions
  * make_room() retired first. Lock held on entry and on return.
@@ -833,7 +844,9 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	}
 
 	if (kind == MRMGR__REGION_VIEW) {
-		/* The implicit MR already covers it: no registration at all. */
+		/* The implicit MR already covers it: no registration at all
+		 * (and what the room took is deregistered now). */
+		reap_locked(c);
 		mr = c->odp.implicit_mr;
 		account_pinned(c, kind, 0, 1);
 		goto have_mr;
@@ -1396,6 +1409,7 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 			   "destroy them first");
 		return EBUSY;
 	}
+	reap_locked(c); /* empty: every miss drains what it retired */
 	unpark_all(c); /* idle, as checked above */
 	while (c->lru.next != &c->lru) {
 		struct mrmgr_region *r = lru_region(c->lru.next);
