@@ -12,10 +12,12 @@
  * the LRU's "used" bit in the low byte, the count above (biased, so it may
  * go below zero when another slot's thread puts). The words do not live in the region:
  * regions are carved from 2 MiB slabs that keep, per stripe, an array of
- * the words of all their regions. So a thread's words of eight regions
- * share a cache line that only that thread writes, a hit or a put touches
- * 8 bytes of the region's memory (not a line, nor the region itself), and
- * a thread's words of 100,000 regions fit in 800 KB. The word's address
+ * the words of all their regions (each beside a copy of the MR's keys:
+ * 16-byte entries). So a thread's words of four regions share a cache
+ * line that only that thread writes, a hit or a put touches 8 bytes of
+ * the region's memory (not a line, nor the region itself), a key read
+ * after it the 8 beside them, and a thread's entries of 100,000 regions
+ * fit in 1.6 MB. The word's address
  * follows from the region's address and the slab's first line.
  *
  * Region memory is type-stable: a released region goes back to its cache's
