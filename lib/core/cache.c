@@ -885,6 +885,9 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		if (!mrmgr__mon_quiet(&c->mon_seen))
 			apply_events(c);
 		inflight_end(c, &fl);
+		/* mrmgr_cache_move_pd() meanwhile: registered in the old PD. */
+		if (!ret && mr->pd != c->pd)
+			fl.dropped = 1;
 		if (fl.dropped && cacheable) {
 			mrmgr__mon_watch_abort(c, &watch);
 			cacheable = 0;
@@ -931,8 +934,11 @@ have_mr:
 	MRMGR__WRITE_ONCE(r->access, racc);
 	r->asked_start = as < start ? as : start;
 	r->asked_last = al > last ? al : last;
-	/* A new region is as recently used as a hit one (evict.c). */
-	mark_used(r, slot, mrmgr__ref_take(r, slot));
+	/* New: spared by the hand like a hit region, but after a lap it goes
+	 * before regions hit since (evict.c). */
+	if (!(mrmgr__ref_take(r, slot) & MRMGR__REF_NEW))
+		__atomic_fetch_or(mrmgr__ref_word(r, slot), MRMGR__REF_NEW,
+				  __ATOMIC_RELAXED);
 	if (kind != MRMGR__REGION_PINNED)
 		mrmgr__odp_region_added(c, r);
 

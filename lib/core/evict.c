@@ -39,9 +39,12 @@
  * regions on (mrmgr__evict_age()), clearing used bits and sending the
  * regions that had one to the back. The list then stays close to the
  * order of last use: a region hit before another was made sits ahead of
- * it, one hit after sits behind. New regions enter with their used bit
- * set (the miss marks the reference it takes, as a hit does), so a
- * region is never the next to go just because it is new. How close to
+ * it, one hit after sits behind. New regions enter with a "new" bit set
+ * (the miss marks the reference it takes): the hand spares them as it
+ * spares hit ones, so a region is never the next to go just because it is
+ * new; but when a full turn finds every idle region marked, the oldest
+ * region marked only new goes before those hit since the hand last
+ * passed (a hit after a region was made is more recent than its making). How close to
  * least-recently-used this is, against an exact model over a random
  * trace: tests/unit/test_evict.c (lru_model).
  *
@@ -131,6 +134,7 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 	unsigned int budget = EXAMINE;
 	uint32_t round = c->evict_round;
 	struct mrmgr_region *first = NULL; /* the first this pick spared */
+	struct mrmgr_region *first_new = NULL; /* ...for being new, not hit */
 	int lapped = 0, used;
 	struct mrmgr__lru_link *l;
 
@@ -168,6 +172,8 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 			if (lapped)
 				break;
 			lapped = 1; /* a full turn: every idle one was used */
+			if (!shortfall && first_new)
+				break; /* the oldest only made, not hit */
 		}
 		l = l->next;
 		if (mrmgr__region_look(r, c->nstripes, &used)) {
@@ -180,6 +186,8 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 			r->spared = round; /* a second chance */
 			if (!first)
 				first = r;
+			if (used == 1 && !first_new)
+				first_new = r;
 			move_to_back(&c->lru, r);
 			if (l == &c->lru) /* it was the newest */
 				l = &r->lru;
@@ -204,9 +212,11 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 				break;
 		}
 	}
+	if (!shortfall && !p.fit && !p.big && first_new)
+		return first_new;
 	if (!p.fit && !p.big)
 		p = spared;
-	if (!p.fit && !p.big)
-		return first; /* every idle region was used: the oldest */
+	if (!p.fit && !p.big) /* every idle region was used: the oldest */
+		return first_new ? first_new : first;
 	return p.fit ? p.fit : p.big;
 }

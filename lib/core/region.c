@@ -203,25 +203,27 @@ void mrmgr__region_clear_keys(struct mrmgr_region *r)
 int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
 		       int *used)
 {
-	uint64_t sum = 0, had = 0;
+	const uint64_t bits = MRMGR__REF_USED | MRMGR__REF_NEW;
+	uint64_t sum = 0, had = 0, any = 0;
 
 	/* One pass: the words' counts (bias included, wrapping) and which
-	 * stripes have a used bit; then clear those, only when idle. */
+	 * stripes have a bit set; then clear those, only when idle. */
 	for (unsigned int i = 0; i < nstripes; i++) {
 		uint64_t w = __atomic_load_n(mrmgr__ref_word(r, i),
 					     __ATOMIC_SEQ_CST);
 
 		sum += (w & ~(MRMGR__REF_ONE - 1)) - MRMGR__REF_BIAS;
-		had |= (uint64_t)!!(w & MRMGR__REF_USED) << i;
+		had |= (uint64_t)!!(w & bits) << i;
+		any |= w;
 	}
-	*used = had != 0;
+	*used = any & MRMGR__REF_USED ? 2 : any & MRMGR__REF_NEW ? 1 : 0;
 	if (sum)
 		return 1;
 	while (had) {
 		unsigned int i = (unsigned int)__builtin_ctzll(had);
 
 		had &= had - 1;
-		__atomic_fetch_and(mrmgr__ref_word(r, i), ~MRMGR__REF_USED,
+		__atomic_fetch_and(mrmgr__ref_word(r, i), ~bits,
 				   __ATOMIC_RELAXED);
 	}
 	return 0;
@@ -235,8 +237,10 @@ int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes)
 		uint64_t *w = mrmgr__ref_word(r, i);
 
 		/* Look first: clearing writes a line its thread keeps hot. */
-		if (__atomic_load_n(w, __ATOMIC_RELAXED) & MRMGR__REF_USED) {
-			__atomic_fetch_and(w, ~MRMGR__REF_USED, __ATOMIC_RELAXED);
+		if (__atomic_load_n(w, __ATOMIC_RELAXED) &
+		    (MRMGR__REF_USED | MRMGR__REF_NEW)) {
+			__atomic_fetch_and(w, ~(MRMGR__REF_USED | MRMGR__REF_NEW),
+					   __ATOMIC_RELAXED);
 			used = 1;
 		}
 	}

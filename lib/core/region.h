@@ -76,7 +76,8 @@ enum mrmgr__region_flags {
 /*
  * A reference word: bit 0 "not live" (the region's state is not
  * MRMGR__REGION_LIVE), bit 1 "keys" (the word after it holds the MR's
- * lkey and rkey, see mrmgr__region_set_keys()), bit 3 "used" (set by
+ * lkey and rkey, see mrmgr__region_set_keys()), bit 2 "new" (set by the
+ * miss that made the region, cleared by the LRU hand), bit 3 "used" (set by
  * hits, cleared by the LRU hand), bits 8-63 the count plus a bias of
  * 2^63 (the count moves in steps of MRMGR__REF_ONE and never reaches the
  * low byte).
@@ -89,6 +90,7 @@ enum mrmgr__region_flags {
  */
 #define MRMGR__REF_DEAD UINT64_C(1)
 #define MRMGR__REF_KEYS UINT64_C(2)
+#define MRMGR__REF_NEW UINT64_C(4) /* made since the hand last passed */
 #define MRMGR__REF_USED UINT64_C(8)
 #define MRMGR__REF_ONE UINT64_C(256)
 #define MRMGR__REF_BIAS (UINT64_C(1) << 63)
@@ -298,8 +300,9 @@ void mrmgr__region_set_state(struct mrmgr_region *r, int state);
 
 /*
  * The eviction hand's look at r, reading each word once: returns 1 when
- * it is held (references summing to nonzero; the used bits are left);
- * else 0, its used bits cleared and *used whether any was set.
+ * it is held (references summing to nonzero; the bits are left); else 0,
+ * its used and new bits cleared and *used 2 when a hit had set one, 1
+ * when only the miss that made it had, 0 when neither.
  */
 int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
 		       int *used);

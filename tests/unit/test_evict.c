@@ -381,3 +381,25 @@ Test(evict, lru_model)
 	fx_close(&f);
 	munmap(buf, LRU_NBUF * stride);
 }
+
+/* With room for two: A, B made, A hit, D arrives: B goes (it was only
+ * made, A was hit after that), though both are marked since the hand
+ * last passed. */
+Test(evict, hit_after_making_outranks_making)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = limits(2, 1ull << 40);
+	char *buf = map_rw(8 * 64 * KiB, 0);
+	char *A = buf, *B = buf + 2 * 64 * KiB, *D = buf + 4 * 64 * KiB;
+
+	fx_open(&f, &nopin, &a);
+	get_put(f.cache, A, 4 * KiB);
+	get_put(f.cache, B, 4 * KiB);
+	cr_assert(cached(f.cache, A, 4 * KiB));
+	get_put(f.cache, D, 4 * KiB);
+	cr_assert_eq(cstats(f.cache).evictions, 1);
+	cr_assert(cached(f.cache, A, 4 * KiB), "A was hit last: kept");
+	cr_assert_not(cached(f.cache, B, 4 * KiB), "B goes");
+	fx_close(&f);
+	munmap(buf, 8 * 64 * KiB);
+}
