@@ -336,13 +336,15 @@ static void miss_threads(char *base)
 		}
 	}
 	printf("\n### misses from several threads on distinct buffers "
-	       "(10 us + 100 ns/page)\n\n%llu get+put per thread, %d "
+	       "(%llu ns + %llu ns/page)\n\n%llu get+put per thread, %d "
 	       "repetitions; throughput in ops/s, scaling = over 1 thread's;\n"
 	       "CPU = the threads' CPU time over the wall time (the busy-wait "
 	       "is CPU time: 2 threads that ran side by side show 2.0; less, "
 	       "the machine was busy and scaling says little)\n\n"
 	       "| cache | 1 thread | 2 threads | 4 threads | scaling 2 | "
 	       "scaling 4 | CPU 1 / 2 / 4 |\n|---|---:|---:|---:|---:|---:|---|\n",
+	       (unsigned long long)churn_cost.reg_ns,
+	       (unsigned long long)churn_cost.reg_ns_per_page,
 	       (unsigned long long)per, opt.reps);
 	for (size_t k = 0; k < ndrv; k++) {
 		double t1 = median(&tput[k][0]);
