@@ -37,6 +37,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -54,6 +55,7 @@ const struct drv_ops *drivers[NDRV_MAX] = {
 #endif
 };
 size_t ndrv = NDRV_MAX;
+struct summary sum;
 
 struct options opt = {
 	.max_threads = 2,
@@ -178,6 +180,192 @@ static void churn(const struct drv_ops *ops, struct drv *d, char *base,
 	}
 }
 
+/*
+ * The same churn at zero registration cost: what each cache's miss costs
+ * by itself (lookups, eviction, bookkeeping, the monitor's work).
+ */
+static void miss_zero_cost(char *base)
+{
+	static const struct cost_model zero = { 0, 0 };
+	static struct samples ns[NDRV_MAX + 1];
+	const struct drv_ops *md[NDRV_MAX + 1];
+	size_t nmd = 0;
+	double *t = calloc(opt.miss_ops, sizeof(*t));
+
+	if (!t)
+		die("calloc", ENOMEM);
+	for (size_t k = 0; k < ndrv; k++)
+		md[nmd++] = drivers[k];
+#ifdef HAVE_UCX
+	if (ndrv > 1)
+		md[nmd++] = &ucx_sim_drv; /* pays the simulated HCA too */
+#endif
+	for (int rep = 0; rep < opt.reps; rep++) {
+		for (size_t j = 0; j < nmd; j++) {
+			size_t k = rep & 1 ? nmd - 1 - j : j;
+			const struct drv_ops *ops = md[k];
+			uint64_t seed = 777 + (uint64_t)rep;
+			uint64_t keep = opt.miss_ops - opt.miss_ops / 100;
+			struct drv *d;
+			double total = 0;
+			int ret = ops->open(&d, CHURN_LIMIT, (uint64_t)1 << 50,
+					    &zero);
+
+			if (ret)
+				die(ops->name, ret);
+			churn(ops, d, base, 3 * CHURN_LIMIT, &seed, NULL);
+			churn(ops, d, base, opt.miss_ops, &seed, t);
+			ops->close(d);
+			qsort(t, opt.miss_ops, sizeof(*t), cmp_double);
+			for (uint64_t i = 0; i < keep; i++)
+				total += t[i];
+			add(&ns[k], total / (double)keep);
+		}
+	}
+	free(t);
+	printf("\n### the same churn at zero registration cost\n\n"
+	       "| cache | ns per op |\n|---|---:|\n");
+	for (size_t k = 0; k < nmd; k++) {
+		printf("| %s | %.0f |\n", md[k]->name, median(&ns[k]));
+		csv_row("miss", "churn-zero-cost", CHURN_LIMIT, 1,
+			md[k]->name, "ns_per_op", &ns[k]);
+		if (k < 2)
+			sum.churn_zero[k] = median(&ns[k]);
+		else
+			sum.churn_zero_sim = median(&ns[k]);
+	}
+	fflush(stdout);
+}
+
+struct miss_thread {
+	const struct drv_ops *ops;
+	struct drv *d;
+	char *base;       /* this thread's own buffers */
+	uint64_t nbuf, nops, seed;
+	pthread_barrier_t *bar;
+	double t0, t1, cpu;
+};
+
+static double thread_cpu_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static void *miss_thread_main(void *arg)
+{
+	struct miss_thread *m = arg;
+
+	double c0;
+
+	pthread_barrier_wait(m->bar);
+	c0 = thread_cpu_ns();
+	m->t0 = now_ns();
+	for (uint64_t i = 0; i < m->nops; i++) {
+		uint64_t r = rng_next(&m->seed);
+		void *h = m->ops->get(m->d, m->base + rng_below(r, m->nbuf) *
+						      STRIDE,
+				      REGION_LEN);
+
+		if (!h)
+			die("miss get", EIO);
+		m->ops->put(m->d, h);
+	}
+	m->t1 = now_ns();
+	m->cpu = thread_cpu_ns() - c0;
+	return NULL;
+}
+
+/*
+ * Misses from 1, 2 and 4 threads on distinct buffers (each thread its own
+ * share of the 10,000, one cache of 1,000 regions), 10 us + 100 ns/page:
+ * all threads' ops over the wall time, and that over 1 thread's.
+ */
+static void miss_threads(char *base)
+{
+	static const int nth[3] = { 1, 2, 4 };
+	static struct samples tput[NDRV_MAX][3], ovl[NDRV_MAX][3];
+	uint64_t per = opt.miss_ops / 4;
+
+	for (int rep = 0; rep < opt.reps; rep++) {
+		for (int ti = 0; ti < 3; ti++) {
+			for (size_t j = 0; j < ndrv; j++) {
+				size_t k = rep & 1 ? ndrv - 1 - j : j;
+				const struct drv_ops *ops = drivers[k];
+				int n = nth[ti];
+				struct miss_thread m[4];
+				pthread_t tid[4];
+				pthread_barrier_t bar;
+				uint64_t share = CHURN_BUFFERS / (uint64_t)n;
+				double lo = 0, hi = 0, cpu = 0;
+				struct drv *d;
+				int ret = ops->open(&d, CHURN_LIMIT,
+						    (uint64_t)1 << 50,
+						    &churn_cost);
+
+				if (ret)
+					die(ops->name, ret);
+				pthread_barrier_init(&bar, NULL, (unsigned int)n);
+				for (int i = 0; i < n; i++) {
+					m[i] = (struct miss_thread){
+						.ops = ops, .d = d, .bar = &bar,
+						.base = base + (uint64_t)i * share * STRIDE,
+						.nbuf = share, .nops = per,
+						.seed = 99 + (uint64_t)rep * 31 + (uint64_t)i,
+					};
+					if (pthread_create(&tid[i], NULL,
+							   miss_thread_main, &m[i]))
+						die("pthread_create", errno);
+				}
+				for (int i = 0; i < n; i++) {
+					pthread_join(tid[i], NULL);
+					cpu += m[i].cpu;
+					if (i == 0 || m[i].t0 < lo)
+						lo = m[i].t0;
+					if (i == 0 || m[i].t1 > hi)
+						hi = m[i].t1;
+				}
+				pthread_barrier_destroy(&bar);
+				ops->close(d);
+				add(&tput[k][ti], (double)(per * (uint64_t)n) /
+							  (hi - lo) * 1e9);
+				add(&ovl[k][ti], cpu / (hi - lo));
+			}
+		}
+	}
+	printf("\n### misses from several threads on distinct buffers "
+	       "(%llu ns + %llu ns/page)\n\n%llu get+put per thread, %d "
+	       "repetitions; throughput in ops/s, scaling = over 1 thread's;\n"
+	       "CPU = the threads' CPU time over the wall time (the busy-wait "
+	       "is CPU time: 2 threads that ran side by side show 2.0; less, "
+	       "the machine was busy and scaling says little)\n\n"
+	       "| cache | 1 thread | 2 threads | 4 threads | scaling 2 | "
+	       "scaling 4 | CPU 1 / 2 / 4 |\n|---|---:|---:|---:|---:|---:|---|\n",
+	       (unsigned long long)churn_cost.reg_ns,
+	       (unsigned long long)churn_cost.reg_ns_per_page,
+	       (unsigned long long)per, opt.reps);
+	for (size_t k = 0; k < ndrv; k++) {
+		double t1 = median(&tput[k][0]);
+
+		printf("| %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f / %.2f / "
+		       "%.2f |\n",
+		       drivers[k]->name, t1, median(&tput[k][1]),
+		       median(&tput[k][2]), median(&tput[k][1]) / t1,
+		       median(&tput[k][2]) / t1, median(&ovl[k][0]),
+		       median(&ovl[k][1]), median(&ovl[k][2]));
+		sum.miss_cpu[k] = median(&ovl[k][1]);
+		for (int ti = 0; ti < 3; ti++) {
+			csv_row("miss", "threads-distinct", CHURN_LIMIT,
+				nth[ti], drivers[k]->name, "ops_per_s",
+				&tput[k][ti]);
+			sum.miss_scale[k][ti] = median(&tput[k][ti]) / t1;
+		}
+	}
+	fflush(stdout);
+}
+
 static void section_miss(void)
 {
 	char *base = map_area(CHURN_BUFFERS * STRIDE);
@@ -219,7 +407,7 @@ static void section_miss(void)
 			uint64_t seed = 12345 + (uint64_t)rep, r0, nmiss = 0;
 			uint64_t keep = opt.miss_ops - opt.miss_ops / 100;
 			struct drv *d;
-			double sum = 0;
+			double tot = 0;
 			int ret = ops->open(&d, CHURN_LIMIT, (uint64_t)1 << 50,
 					    &churn_cost);
 
@@ -232,10 +420,10 @@ static void section_miss(void)
 			ops->close(d);
 			qsort(t, opt.miss_ops, sizeof(*t), cmp_double);
 			for (uint64_t i = 0; i < keep; i++)
-				sum += t[i];
+				tot += t[i];
 			for (uint64_t i = 0; i < opt.miss_ops; i++)
 				nmiss += t[i] > model / 2;
-			add(&ns[k], sum / (double)keep);
+			add(&ns[k], tot / (double)keep);
 			add(&regs[k], (double)r0 / (double)opt.miss_ops);
 			/* the median miss: misses are the slowest nmiss ops */
 			add(&over[k], nmiss ? t[opt.miss_ops - (nmiss + 1) / 2] - model
@@ -255,6 +443,7 @@ static void section_miss(void)
 
 		printf("| (simulated HCA alone: reg + dereg) | - | 1 | %.0f |\n",
 		       dev);
+		sum.sim_cost = dev;
 		csv_value("miss", "sim-reg-dereg", 1, 1, "sim",
 			  "ns_above_model", dev);
 	}
@@ -271,12 +460,74 @@ static void section_miss(void)
 	if (ndrv > 1)
 		printf("\nlibmrmgr/UCX, ns per op: %.3f\n",
 		       median(&ns[0]) / median(&ns[1]));
+	for (size_t k = 0; k < ndrv; k++) {
+		sum.churn[k] = median(&ns[k]);
+		sum.churn_over[k] = median(&over[k]);
+	}
 	fflush(stdout);
+	miss_zero_cost(base);
+	miss_threads(base);
 	munmap(base, CHURN_BUFFERS * STRIDE);
 }
 
 /* ---------------------------------------------------------------- growth */
 
+
+/*
+ * Doubling growth of B buffers laid back to back in one mapping (each
+ * 64 MiB when grown), the steps interleaved (every buffer's step i, then
+ * every buffer's step i + 1): a buffer grown to its end touches the next
+ * one, which a cache that merges or widens past the caller's buffer
+ * swallows.
+ */
+#define B2B_BUFS 16
+static void growth_back_to_back(void)
+{
+	size_t final = growth_size_at(1, GROWTH_DOUBLING_STEPS);
+	char *mem = map_area(B2B_BUFS * final);
+
+	for (size_t k = 0; k < ndrv; k++) {
+		const struct drv_ops *ops = drivers[k];
+		struct drv *d;
+		uint64_t regs, pages;
+		double t0, t;
+		int ret = ops->open(&d, 1u << 20, (uint64_t)1 << 50,
+				    &growth_cost);
+
+		if (ret)
+			die(ops->name, ret);
+		t0 = now_ns();
+		for (size_t i = 1; i <= GROWTH_DOUBLING_STEPS; i++)
+			for (size_t b = 0; b < B2B_BUFS; b++) {
+				void *h = ops->get(d, mem + b * final,
+						   growth_size_at(1, i));
+
+				if (!h)
+					die("growth get", EIO);
+				ops->put(d, h);
+			}
+		t = now_ns() - t0;
+		regs = ops->registrations(d);
+		pages = ops->pages_registered(d);
+		printf("| doubling, %d buffers back to back | %s | %llu | %llu "
+		       "| %.1f | %.0f |\n", B2B_BUFS, ops->name,
+		       (unsigned long long)regs, (unsigned long long)pages,
+		       (double)pages / (double)(B2B_BUFS * final / PG),
+		       t / (double)(GROWTH_DOUBLING_STEPS * B2B_BUFS));
+		fflush(stdout);
+		csv_value("growth", "doubling-back-to-back", B2B_BUFS, 1,
+			  ops->name, "pages_registered", (double)pages);
+		csv_value("growth", "doubling-back-to-back", B2B_BUFS, 1,
+			  ops->name, "ns_per_step",
+			  t / (double)(GROWTH_DOUBLING_STEPS * B2B_BUFS));
+		sum.dbl_b2b_ns[k] = t / (double)(GROWTH_DOUBLING_STEPS * B2B_BUFS);
+		sum.dbl_b2b_pages[k] = (double)pages;
+		if (ops->invalidate)
+			ops->invalidate(d, mem, B2B_BUFS * final);
+		ops->close(d);
+	}
+	munmap(mem, B2B_BUFS * final);
+}
 
 static void section_growth(void)
 {
@@ -334,12 +585,21 @@ static void section_growth(void)
 			csv_value("growth", doubling ? "doubling" : "linear",
 				  steps, 1, ops->name, "ns_per_step",
 				  t / (double)steps);
+			if (doubling) {
+				sum.dbl_ns[k] = t / (double)steps;
+				sum.dbl_pages[k] = (double)pages;
+			} else {
+				sum.lin_calls[k] = (double)regs;
+				sum.lin_pages[k] = (double)pages;
+				sum.lin_ns[k] = t / (double)steps;
+			}
 			if (ops->invalidate)
 				ops->invalidate(d, mem, 2 * final);
 			ops->close(d);
 		}
 		munmap(mem, 2 * final);
 	}
+	growth_back_to_back();
 }
 
 /* ----------------------------------------------------------------- unmap */
@@ -394,6 +654,78 @@ static void section_unmap(void)
 					&b);
 		}
 	}
+}
+
+/* --------------------------------------------------------------- summary */
+
+extern char **environ;
+
+static void print_env(void)
+{
+	int any = 0;
+
+	for (char **e = environ; *e; e++)
+		if (!strncmp(*e, "MRMGR_", 6)) {
+			printf("%s%s", any ? ", " : "\nenvironment: ", *e);
+			any = 1;
+		}
+	printf(any ? " (NOT the default configuration)\n"
+		   : "\nenvironment: no MRMGR_* set (libmrmgr's default "
+		     "configuration)\n");
+}
+
+static void row(const char *what, double m, double u, const char *unit,
+		const char *target)
+{
+	if (!m && !u)
+		return;
+	printf("| %s | %.4g%s | ", what, m, unit);
+	if (u)
+		printf("%.4g%s | %.2f | %s |\n", u, unit, m / u, target);
+	else
+		printf("- | - | %s |\n", target);
+}
+
+/* The table: every row beside UCX, from this run. */
+static void print_summary(void)
+{
+	printf("\n## summary\n\n| workload | libmrmgr | UCX | ratio | "
+	       "target |\n|---|---:|---:|---:|---|\n");
+	row("hit with the key read, 100,000 regions (ns)", sum.hit_key[0],
+	    sum.hit_key[1], "", "<= 0.5");
+	row("hit without the key read, 100,000 regions (ns)",
+	    sum.hit_nokey[0], sum.hit_nokey[1], "", "<= 0.5");
+	row("miss churn, 10,000 x 64 KiB, 1,000 cached (ns per op)",
+	    sum.churn[0], sum.churn[1], "", "<= 0.9");
+	row("miss: above the modelled registration, per miss (ns)",
+	    sum.churn_over[0], sum.churn_over[1], "", "libmrmgr <= 1,000");
+	row("miss churn at zero registration cost (ns per op)",
+	    sum.churn_zero[0], sum.churn_zero[1], "", "");
+	row("the same, UCX on the simulated HCA too (ns per op)",
+	    sum.churn_zero[0], sum.churn_zero_sim, "", "");
+	row("misses from 2 threads: throughput over 1 thread's",
+	    sum.miss_scale[0][1], sum.miss_scale[1][1], "", ">= 1.8");
+	row("  (2 threads' CPU time over wall time: 2.0 = side by side)",
+	    sum.miss_cpu[0], sum.miss_cpu[1], "", "");
+	row("misses from 4 threads: throughput over 1 thread's",
+	    sum.miss_scale[0][2], sum.miss_scale[1][2], "", ">= 2 threads'");
+	row("growth, doubling 4 KiB -> 64 MiB, one buffer (ns per step)",
+	    sum.dbl_ns[0], sum.dbl_ns[1], "", "<= 0.9");
+	row("growth, doubling, one buffer: pages registered", sum.dbl_pages[0],
+	    sum.dbl_pages[1], "", "<= 1");
+	row("growth, doubling, 16 buffers back to back (ns per step)",
+	    sum.dbl_b2b_ns[0], sum.dbl_b2b_ns[1], "", "<= 0.9");
+	row("growth, doubling, 16 buffers back to back: pages registered",
+	    sum.dbl_b2b_pages[0], sum.dbl_b2b_pages[1], "", "<= 1");
+	row("growth, 4 KiB x 10,000: registration calls", sum.lin_calls[0],
+	    sum.lin_calls[1], "", "");
+	row("growth, 4 KiB x 10,000: pages registered", sum.lin_pages[0],
+	    sum.lin_pages[1], "", "<= 1");
+	row("growth, 4 KiB x 10,000 (ns per step)", sum.lin_ns[0],
+	    sum.lin_ns[1], "", "<= 0.9");
+	if (sum.sim_cost)
+		printf("| the simulated HCA's own cost per reg+dereg, above "
+		       "the model (ns) | %.0f | - | - | |\n", sum.sim_cost);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -507,19 +839,18 @@ int main(int argc, char **argv)
 	if (opt.sections & S_UNMAP)
 		section_unmap();
 	/*
-	 * Elsewhere libmrmgr is told that the application reports unmaps
-	 * (as UCX's hooks report them to its rcache), unless MRMGR_MONITOR
-	 * says otherwise: a kernel-watched range per region would measure
-	 * the watch, and 100,000 of them exceed vm.max_map_count. Builds
-	 * without the memory-event monitor ignore the variable.
+	 * libmrmgr runs in its default configuration throughout (the
+	 * default is the product): whatever MRMGR_* the environment sets
+	 * is reported, not added to.
 	 */
-	setenv("MRMGR_MONITOR", "external", 0);
+	print_env();
 	if (opt.sections & S_HIT)
 		section_hit();
 	if (opt.sections & S_MISS)
 		section_miss();
 	if (opt.sections & S_GROWTH)
 		section_growth();
+	print_summary();
 	fclose(csv);
 	printf("\nCSV: %s%s%s\n", opt.csv, opt.plot ? "; plot data: " : "",
 	       opt.plot ? opt.plot : "");

@@ -77,6 +77,8 @@ struct hit_args {
 	uint64_t nregions;
 	uint64_t nops;
 	uint64_t seed;
+	int read_key;     /* read the region's lkey after each get */
+	uint64_t sink;    /* the keys read, summed (kept from the optimiser) */
 };
 
 struct drv;
@@ -118,6 +120,29 @@ extern const struct drv_ops ucx_drv;
 /* UCX registering on the same simulated HCA as libmrmgr (miss section). */
 extern const struct drv_ops ucx_sim_drv;
 #endif
+
+/*
+ * The issue's table, filled in by the sections and printed last: [0]
+ * libmrmgr, [1] UCX; 0 when not measured.
+ */
+struct summary {
+	double hit_key[2];         /* ns per get+lkey+put, 100,000 regions */
+	double hit_nokey[2];       /* the same without the key read */
+	double churn[2];           /* ns per op, 10 us + 100 ns/page */
+	double churn_over[2];      /* ns above the model per miss */
+	double churn_zero[2];      /* ns per op at zero registration cost */
+	double churn_zero_sim;     /* the same, UCX on the simulated HCA */
+	double miss_scale[2][3];   /* throughput of 2, 4 threads over 1 */
+	double miss_cpu[2];        /* 2 threads' CPU time over wall time */
+	double dbl_b2b_ns[2];      /* doubling, back to back: ns per step */
+	double dbl_b2b_pages[2];
+	double dbl_ns[2];          /* doubling, one buffer: ns per step */
+	double dbl_pages[2];
+	double lin_calls[2], lin_pages[2], lin_ns[2];
+	double sim_cost;           /* the simulated HCA's own reg+dereg */
+	const char *mrmgr_source;  /* memory-event source in force */
+};
+extern struct summary sum;
 
 /* ------------------------------------------------------ compare.c */
 

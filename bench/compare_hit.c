@@ -18,6 +18,7 @@
 #include "compare.h"
 
 static const struct cost_model zero_cost = { 0, 0 };
+static int hit_read_key; /* hit_rep(): read the lkey after each get */
 
 
 struct hit_thread {
@@ -71,7 +72,8 @@ static double hit_rep(const struct drv_ops *ops, struct drv *d, char *base,
 			.ops = ops, .d = d, .bar = &bar,
 			.a = { .base = base, .stride = STRIDE,
 			       .region_len = REGION_LEN, .nregions = nregions,
-			       .nops = opt.ops, .seed = seed * 7919 + (uint64_t)i + 1 },
+			       .nops = opt.ops, .seed = seed * 7919 + (uint64_t)i + 1,
+			       .read_key = hit_read_key },
 		};
 		if (i == 0)
 			continue;
@@ -114,6 +116,64 @@ void hit_set_sizes(const char *list)
 static int in_table(uint64_t r)
 {
 	return r == 1 || r == 1000 || r == 100000;
+}
+
+/*
+ * A hit that then reads the key, as a caller building a work request
+ * does: get + mrmgr_region_lkey() + put against UCX's get + the lkey its
+ * region keeps + put, at 100,000 regions (where every line a hit
+ * touches is a cache miss), 1 thread, alternating.
+ */
+static void hit_key_rows(void)
+{
+	uint64_t n = 100000;
+	char *base = map_area(n * STRIDE);
+	struct samples with[NDRV_MAX] = { 0 }, without[NDRV_MAX] = { 0 };
+	struct drv *d[NDRV_MAX];
+
+	printf("\n## hit with the key read: get + lkey + put, %llu regions, "
+	       "1 thread\n\n", (unsigned long long)n);
+	for (size_t k = 0; k < ndrv; k++) {
+		int ret = drivers[k]->open(&d[k], 2 * n + 64, (uint64_t)1 << 50,
+					   &zero_cost);
+
+		if (ret)
+			die(drivers[k]->name, ret);
+		for (uint64_t i = 0; i < n; i++) {
+			void *h = drivers[k]->get(d[k], base + i * STRIDE,
+						  REGION_LEN);
+
+			if (!h)
+				die("warm-up get", EIO);
+			drivers[k]->put(d[k], h);
+		}
+	}
+	for (int rep = 0; rep < opt.reps; rep++) {
+		for (size_t j = 0; j < ndrv; j++) {
+			size_t k = rep & 1 ? ndrv - 1 - j : j;
+			double a, o;
+
+			hit_read_key = 1;
+			add(&with[k], hit_rep(drivers[k], d[k], base, n, 1,
+					      (uint64_t)rep, &a, &o));
+			hit_read_key = 0;
+			add(&without[k], hit_rep(drivers[k], d[k], base, n, 1,
+						 (uint64_t)rep, &a, &o));
+		}
+	}
+	printf("| cache | ns per get+put | ns per get+lkey+put |\n"
+	       "|---|---:|---:|\n");
+	for (size_t k = 0; k < ndrv; k++) {
+		printf("| %s | %.1f | %.1f |\n", drivers[k]->name,
+		       median(&without[k]), median(&with[k]));
+		csv_row("hit", "random-page-lkey", n, 1, drivers[k]->name,
+			"ns_per_op_per_thread", &with[k]);
+		sum.hit_key[k] = median(&with[k]);
+		sum.hit_nokey[k] = median(&without[k]);
+		drivers[k]->close(d[k]);
+	}
+	fflush(stdout);
+	munmap(base, n * STRIDE);
 }
 
 void section_hit(void)
@@ -229,4 +289,5 @@ void section_hit(void)
 	}
 	if (plot)
 		fclose(plot);
+	hit_key_rows();
 }

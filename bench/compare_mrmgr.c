@@ -123,7 +123,7 @@ static void m_hit_loop(struct drv *d, const struct hit_args *a)
 {
 	mrmgr_cache_t *cache = d->cache;
 	uint64_t s = a->seed;
-	uint64_t pages = a->region_len / PG;
+	uint64_t pages = a->region_len / PG, key = 0;
 
 	for (uint64_t i = 0; i < a->nops; i++) {
 		uint64_t r = rng_next(&s);
@@ -133,8 +133,11 @@ static void m_hit_loop(struct drv *d, const struct hit_args *a)
 
 		if (__builtin_expect(mrmgr_get(cache, p, PG, ACCESS, &reg), 0))
 			abort();
+		if (a->read_key)
+			key += mrmgr_region_lkey(reg);
 		mrmgr_put(reg);
 	}
+	((struct hit_args *)a)->sink = key;
 }
 
 /* Registration calls: ibv_reg_mr, and ibv_rereg_mr that grew a region. */

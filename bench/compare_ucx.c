@@ -41,6 +41,7 @@ struct drv {
 struct u_region {
 	ucs_rcache_region_t super;
 	struct ibv_mr *mr;
+	uint32_t lkey; /* what a UCX transport keeps in its memh */
 };
 
 static ucs_status_t u_mem_reg(void *context, ucs_rcache_t *rc, void *arg,
@@ -58,8 +59,11 @@ static ucs_status_t u_mem_reg(void *context, ucs_rcache_t *rc, void *arg,
 		if (mrmgr_sim_reg_mr(d->pd, (void *)region->super.start, len,
 				     ACCESS, &ur->mr))
 			return UCS_ERR_IO_ERROR;
+		ur->lkey = ur->mr->lkey;
 	} else {
 		busy_wait_ns(model_ns(&d->cost, len));
+		((struct u_region *)region)->lkey =
+			(uint32_t)(region->super.start >> 12);
 	}
 	d->regs++; /* called under the rcache's write lock */
 	d->pages += len / PG;
@@ -187,7 +191,7 @@ static void u_hit_loop(struct drv *d, const struct hit_args *a)
 {
 	ucs_rcache_t *rc = d->rc;
 	uint64_t s = a->seed;
-	uint64_t pages = a->region_len / PG;
+	uint64_t pages = a->region_len / PG, key = 0;
 
 	for (uint64_t i = 0; i < a->nops; i++) {
 		uint64_t r = rng_next(&s);
@@ -198,8 +202,11 @@ static void u_hit_loop(struct drv *d, const struct hit_args *a)
 		if (__builtin_expect(ucs_rcache_get(rc, p, PG, PROT, NULL,
 						    &reg) != UCS_OK, 0))
 			abort();
+		if (a->read_key)
+			key += ((struct u_region *)reg)->lkey;
 		ucs_rcache_region_put(rc, reg);
 	}
+	((struct hit_args *)a)->sink = key;
 }
 
 static uint64_t u_registrations(struct drv *d)

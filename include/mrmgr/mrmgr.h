@@ -656,33 +656,26 @@ MRMGR_EXPORT int mrmgr_cache_query_config(mrmgr_cache_t *cache,
  * @return the MR (for a multi-PD cache, the one in its first PD).
  */
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr(const mrmgr_region_t *region);
+/**
+ * The region's local key. Read where the hit that returned the region
+ * already looked (a copy beside the calling thread's reference word), so
+ * reading it after a hit costs no further cache miss.
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @return the lkey to put in local SGEs (0 for a NULL region).
+ */
+MRMGR_EXPORT uint32_t mrmgr_region_lkey(const mrmgr_region_t *region);
+/**
+ * The region's remote key, read as mrmgr_region_lkey() reads the local one.
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @return the rkey to give peers (0 for a NULL region; 0 without remote
+ *         access on some devices).
+ */
+MRMGR_EXPORT uint32_t mrmgr_region_rkey(const mrmgr_region_t *region);
 /*
- * The key accessors below are mr->lkey / mr->rkey of the MR accessor, 0
- * without an MR: inline, so they cost no exported symbol and no more than
- * the one call they make.
+ * The other key accessors (buffers, aliases, imports, a PD's MR) are
+ * mr->lkey / mr->rkey of their MR accessor, 0 without an MR: inline, so
+ * they cost no exported symbol and no more than the one call they make.
  */
-/**
- * The region's local key.
- * @param region  a region the caller holds (from mrmgr_get()).
- * @return the lkey to put in local SGEs.
- */
-static inline uint32_t mrmgr_region_lkey(const mrmgr_region_t *region)
-{
-	struct ibv_mr *mr = mrmgr_region_mr(region);
-
-	return mr ? mr->lkey : 0;
-}
-/**
- * The region's remote key.
- * @param region  a region the caller holds (from mrmgr_get()).
- * @return the rkey to give peers (0 without remote access on some devices).
- */
-static inline uint32_t mrmgr_region_rkey(const mrmgr_region_t *region)
-{
-	struct ibv_mr *mr = mrmgr_region_mr(region);
-
-	return mr ? mr->rkey : 0;
-}
 /**
  * Start of the registered range (page-aligned; may start before the request).
  * @param region  a region the caller holds (from mrmgr_get()).

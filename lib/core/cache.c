@@ -92,6 +92,7 @@ static inline void seq_write_end(struct mrmgr_cache *c)
 
 static void lru_unlink(struct mrmgr_region *r)
 {
+	mrmgr__evict_unlinking(&r->cache->age_hand, &r->lru);
 	r->lru.prev->next = r->lru.next;
 	r->lru.next->prev = r->lru.prev;
 	r->lru.prev = r->lru.next = NULL;
@@ -167,6 +168,8 @@ got:
 	return r;
 }
 
+static void region_retire(struct mrmgr_cache *c, struct mrmgr_region *r);
+
 /* Deregister an idle region that is out of the tree, and recycle it. */
 static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
@@ -174,6 +177,11 @@ static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 	int ret;
 
 	mrmgr__region_gone(c, r); /* the caller's callback: keys still valid */
+	if (c->reap_on && !r->share && r->kind != MRMGR__REGION_VIEW) {
+		region_retire(c, r); /* deregistered once the lock is free */
+		return;
+	}
+	mrmgr__region_clear_keys(r);
 	mrmgr__mon_unwatch(c, r); /* a no-op unless grow.c held it out */
 	if (r->share) /* its MRs in other PDs, its share-set membership */
 		mrmgr__share_region_release(c, r);
@@ -237,6 +245,7 @@ static int region_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
 static void region_publish(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	r->gone = 0; /* cached again (grow.c) */
+	mrmgr__region_set_keys(r);
 	mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 	seq_write_begin(c);
 	mrmgr__itree_insert(&c->tree, &r->node);
@@ -464,19 +473,35 @@ static struct mrmgr_region *try_hit(struct mrmgr_cache *c, uint64_t start,
 /* ------------------------------------------------------------ miss path */
 
 /*
- * Widen [*start, *last] over every live region it overlaps or touches,
- * until nothing more joins. Gives up (restores the request) past limit.
+ * Widen [*start, *last] over every live region it overlaps, and over the
+ * regions it merely touches when that cannot swallow a neighbour, until
+ * nothing more joins. Gives up (restores the request) past limit.
  * Returns whether any region joins: one inside the request with no more
  * access joins too, though the span does not change, so that it is
  * absorbed instead of staying cached beside its superset.
+ *
+ * A region that only touches the span is someone else's buffer as often
+ * as not: buffers laid back to back in one mapping each touch the next.
+ * Joining it re-registers all of its pages for nothing the request
+ * needs, and a buffer that grows past its neighbours' ends would take
+ * them all in, one ever larger region (the doubling benchmark registered
+ * 80 G pages that way, UCX 84 M). So a touching region joins only a
+ * fresh request (one that overlaps no region: pieces of one buffer
+ * registered in turn still come together), and only if it is at most
+ * twice the request's size.
  */
 static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
-		      unsigned int *access, uint64_t limit)
+		      unsigned int *access, uint64_t limit, uint64_t *ask_start,
+		      uint64_t *ask_last)
 {
-	uint64_t s = *start, l = *last;
+	uint64_t s = *start, l = *last, req = l - s, as = s, al = l;
 	unsigned int acc = *access;
-	int grown, joined = 0;
+	int grown, joined = 0, growth = 0;
 
+	for (struct mrmgr__itree_node *n =
+		     mrmgr__itree_first_overlap(&c->tree, s, l);
+	     n && !growth; n = mrmgr__itree_next_overlap(n, s, l))
+		growth = mrmgr__cache_joins(node_region(n), s, l, s, l);
 	do {
 		uint64_t qs = s ? s - 1 : 0, ql = l != UINT64_MAX ? l + 1 : l;
 
@@ -484,6 +509,18 @@ static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
 		for (struct mrmgr__itree_node *n =
 			     mrmgr__itree_first_overlap(&c->tree, qs, ql);
 		     n; n = mrmgr__itree_next_overlap(n, qs, ql)) {
+			struct mrmgr_region *r = node_region(n);
+
+			if (n->last < s || n->start > l) {
+				if (growth || n->last - n->start > 2 * req + 1)
+					continue; /* touches: stays apart */
+			} else if (!mrmgr__cache_joins(r, as, al, s, l)) {
+				continue; /* overlaps only its headroom */
+			}
+			if (r->asked_start < as)
+				as = r->asked_start;
+			if (r->asked_last > al)
+				al = r->asked_last;
 			if (n->start < s) {
 				s = n->start;
 				grown = 1;
@@ -501,7 +538,29 @@ static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
 	*start = s;
 	*last = l;
 	*access = acc;
+	*ask_start = as;
+	*ask_last = al;
 	return joined;
+}
+
+int mrmgr__cache_joins(const struct mrmgr_region *r, uint64_t as, uint64_t al,
+		       uint64_t s, uint64_t l)
+{
+	return (r->asked_start <= al && as <= r->asked_last) ||
+	       (r->node.start >= s && r->node.last <= l);
+}
+
+/* A registration's counters and debug line; lock held. */
+static void reg_done(struct mrmgr_cache *c, uint64_t start, uint64_t len,
+		     unsigned int access, int ret)
+{
+	if (!ret) {
+		c->st.registrations++;
+		c->st.pages_registered += len >> c->page_shift;
+	}
+	mrmgr__dbg("reg [%#llx, +%llu) access %#x: %s",
+		   (unsigned long long)start, (unsigned long long)len, access,
+		   ret ? strerror(ret) : "ok");
 }
 
 static int do_reg(struct mrmgr_cache *c, uint64_t start, uint64_t len,
@@ -510,34 +569,230 @@ static int do_reg(struct mrmgr_cache *c, uint64_t start, uint64_t len,
 	int ret = mrmgr__dev_reg_mr(c->ops, c->pd, (void *)(uintptr_t)start,
 				    len, (int)(access | c->odp.reg_access), mr);
 
-	if (!ret) {
-		c->st.registrations++;
-		c->st.pages_registered += len >> c->page_shift;
-	}
-	mrmgr__dbg("reg [%#llx, +%llu) access %#x: %s",
-		   (unsigned long long)start, (unsigned long long)len, access,
-		   ret ? strerror(ret) : "ok");
+	reg_done(c, start, len, access, ret);
 	return ret;
 }
 
+/* ------------------------------------------ registering without the lock */
+
 /*
- * Register [start, last] for a get that missed; called with the lock.
- * gflags: enum mrmgr__get_flags.
+ * A registration costs microseconds to milliseconds (the device pins and
+ * translates every page); under the lock, every other miss and every put
+ * of a detached region would wait for it. So a miss on the plain
+ * mrmgr_get() path (MRMGR__GET_MAY_UNLOCK) decides everything under the
+ * lock (span, room, watch), reserves its span, drops the lock to
+ * deregister what it evicted and to register, and takes the lock again
+ * to publish.
+ *
+ * The reservation (struct mrmgr__inflight) is what other misses see of
+ * it meanwhile: a miss whose request or span overlaps a reserved span
+ * waits for it to end and looks again, so two threads missing on one
+ * buffer make one registration; misses elsewhere go ahead. An
+ * invalidation (mrmgr_invalidate(), a memory event) of an overlapping
+ * range marks the reservation dropped, and its registration is then
+ * handed out uncached: nothing it covered is cached from before it. The
+ * limits count a reservation's region and bytes from the start, so
+ * concurrent misses never overshoot them together.
+ */
+
+#define MISS_AGAIN (-1) /* miss(): waited for another; look again */
+
+static void apply_events(struct mrmgr_cache *c);
+
+static struct mrmgr__inflight *inflight_find(struct mrmgr_cache *c,
+					     uint64_t start, uint64_t last)
+{
+	for (struct mrmgr__inflight *f = c->inflight.next; f != &c->inflight;
+	     f = f->next)
+		if (f->start <= last && start <= f->last)
+			return f;
+	return NULL;
+}
+
+static void inflight_begin(struct mrmgr_cache *c, struct mrmgr__inflight *f,
+			   uint64_t start, uint64_t last)
+{
+	f->start = start;
+	f->last = last;
+	f->dropped = 0;
+	f->prev = c->inflight.prev;
+	f->next = &c->inflight;
+	c->inflight.prev->next = f;
+	c->inflight.prev = f;
+}
+
+static void inflight_end(struct mrmgr_cache *c, struct mrmgr__inflight *f)
+{
+	f->prev->next = f->next;
+	f->next->prev = f->prev;
+	pthread_cond_broadcast(&c->inflight_done);
+}
+
+/* Lock held; returns with it held, after some registration ended. */
+static void inflight_wait(struct mrmgr_cache *c)
+{
+	pthread_cond_wait(&c->inflight_done, &c->lock);
+}
+
+/* [start, last] is invalidated: registrations under way over it are not
+ * cached. */
+static void inflight_drop(struct mrmgr_cache *c, uint64_t start, uint64_t last)
+{
+	for (struct mrmgr__inflight *f = c->inflight.next; f != &c->inflight;
+	     f = f->next)
+		if (f->start <= last && start <= f->last)
+			f->dropped = 1;
+}
+
+/* An evicted region: everything of region_release() but the
+ * deregistration, which reap_dereg() does once the lock is free. */
+static void region_retire(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	mrmgr__mon_unwatch(c, r);
+	mrmgr__region_clear_keys(r);
+	c->nregions--;
+	if (r->kind == MRMGR__REGION_PINNED)
+		c->pinned_bytes -= mrmgr__region_len(r);
+	else
+		mrmgr__odp_region_gone(c, r);
+	/* FREE: a stale reader's put leaves it alone; off the free list
+	 * until its MR is gone. */
+	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
+	r->free_next = c->reap;
+	c->reap = r;
+}
+
+/* Deregister retired regions; no lock. Returns how many succeeded. */
+static uint64_t reap_dereg(struct mrmgr_cache *c, struct mrmgr_region *list)
+{
+	uint64_t n = 0;
+
+	for (struct mrmgr_region *r = list; r; r = r->free_next) {
+		int ret = mrmgr__dev_dereg_mr(c->ops, r->mr);
+
+		if (ret)
+			mrmgr__err("deregistering [%#llx, +%llu) failed: %s; "
+				   "the MR is abandoned",
+				   (unsigned long long)mrmgr__region_start(r),
+				   (unsigned long long)mrmgr__region_len(r),
+				   strerror(ret));
+		else
+			n++;
+	}
+	return n;
+}
+
+/* Recycle retired regions once deregistered; lock held. */
+static void reap_recycle(struct mrmgr_cache *c, struct mrmgr_region *list,
+			 uint64_t deregistered)
+{
+	c->st.deregistrations += deregistered;
+	while (list) {
+		struct mrmgr_region *r = list;
+
+		list = r->free_next;
+		r->mr = NULL;
+		r->free_next = c->free_list;
+		c->free_list = r;
+	}
+}
+
+/* Deregister and recycle what was retired, lock held (nothing to register
+ * meanwhile). */
+static void reap_locked(struct mrmgr_cache *c)
+{
+	struct mrmgr_region *reap = c->reap;
+
+	c->reap = NULL;
+	if (reap)
+		reap_recycle(c, reap, reap_dereg(c, reap));
+}
+
+/*
+ * Register [start, +len) with the lock released; deregister the regions
+ * make_room() retired first. Lock held on entry and on return.
+ */
+static int reg_unlocked(struct mrmgr_cache *c, uint64_t start, uint64_t len,
+			unsigned int access, struct ibv_mr **mr)
+{
+	struct mrmgr_region *reap = c->reap;
+	struct ibv_pd *pd = c->pd;
+	int extra = (int)c->odp.reg_access;
+	uint64_t n = 0;
+	int ret;
+
+	c->reap = NULL;
+	pthread_mutex_unlock(&c->lock);
+	if (reap)
+		n = reap_dereg(c, reap);
+	ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start, len,
+				(int)access | extra, mr);
+	pthread_mutex_lock(&c->lock);
+	if (reap)
+		reap_recycle(c, reap, n);
+	reg_done(c, start, len, access, ret);
+	return ret;
+}
+
+/* Count (sign 1) or uncount (-1) a pinned registration of len bytes. */
+static void account_pinned(struct mrmgr_cache *c, int kind, uint64_t len,
+			   int sign)
+{
+	if (sign > 0) {
+		c->nregions++;
+		if (kind != MRMGR__REGION_PINNED)
+			return;
+		c->pinned_bytes += len;
+		if (c->pinned_bytes > c->st.peak_pinned_bytes)
+			c->st.peak_pinned_bytes = c->pinned_bytes;
+	} else {
+		c->nregions--;
+		if (kind == MRMGR__REGION_PINNED)
+			c->pinned_bytes -= len;
+	}
+}
+
+/*
+ * The memory-event watch's last step, with the region made: 0 when it
+ * may be cached, else it is handed out uncached (the monitor may say
+ * that a change overlapped the range since the watch began).
+ */
+static int watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
+			struct mrmgr_region *r)
+{
+	/* Under the lock that also publishes: change.c's argument needs the
+	 * check and the publish in one critical section. */
+	return mrmgr__mon_watch_commit(c, tx, r);
+}
+
+/*
+ * Register [start, last] for a get that missed; called with the lock
+ * (which it may drop and take again: MRMGR__GET_MAY_UNLOCK). gflags: enum
+ * mrmgr__get_flags. MISS_AGAIN: it waited for another registration; the
+ * caller looks again.
  */
 static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		unsigned int access, unsigned int slot, unsigned int gflags,
 		struct mrmgr_region **out)
 {
-	uint64_t rs = start, rl = last;
+	uint64_t rs = start, rl = last, as = start, al = last;
 	unsigned int racc = access;
 	int cacheable = !(c->cfg.flags & MRMGR_CACHE_DISABLE);
-	int merged = 0;
+	int unlock = (gflags & MRMGR__GET_MAY_UNLOCK) &&
+		     !(c->flags & MRMGR__CACHE_MULTI_PD);
+	int merged = 0, reserved = 0;
 	int kind = MRMGR__REGION_PINNED;
 	struct ibv_mr *mr = NULL;
 	struct mrmgr_region *r;
 	struct mrmgr__watch_tx watch;
+	struct mrmgr__inflight fl;
 	int ret;
 
+	/* Another miss registers this already: wait for it, look again. */
+	if (unlock && inflight_find(c, start, last)) {
+		inflight_wait(c);
+		return MISS_AGAIN;
+	}
 	if (cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE) &&
 	    !(gflags & MRMGR__GET_NO_MERGE)) {
 		/* ODP regions pin nothing: max_bytes does not bound them. */
@@ -547,13 +802,17 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		if (c->caps.max_mr_size && c->caps.max_mr_size < limit)
 			limit = c->caps.max_mr_size;
 		/* Also true for a region inside the request: it is absorbed. */
-		merged = merge_span(c, &rs, &rl, &racc, limit);
+		merged = merge_span(c, &rs, &rl, &racc, limit, &as, &al);
+	}
+	if (unlock && merged && inflight_find(c, rs, rl)) {
+		inflight_wait(c);
+		return MISS_AGAIN;
 	}
 	if (merged && !(gflags & MRMGR__GET_NO_GROW)) {
 		/* Growth and access upgrades: rereg the one region in place,
 		 * or widen the span by the headroom policy (grow.c). */
 		ret = mrmgr__grow_miss(c, start, last, slot, &rs, &rl, &racc,
-				       out);
+				       as, al, out);
 		if (ret != MRMGR__GROW_PASS)
 			return ret;
 	}
@@ -565,24 +824,49 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 			return ret;
 		}
 	}
+	/* Headroom may have widened the span over a reservation. */
+	if (unlock && cacheable && inflight_find(c, rs, rl)) {
+		inflight_wait(c);
+		return MISS_AGAIN;
+	}
 	/* Watched before it is pinned: a change from now on is reported.
-	 * What nothing watches is registered uncached. */
-	if (cacheable &&
-	    (!make_room(c, kind == MRMGR__REGION_PINNED ? rl - rs + 1 : 0) ||
-	     mrmgr__mon_watch_begin(c, rs, rl, &watch))) {
-		cacheable = 0;
-		rs = start;
-		rl = last;
-		racc = access;
-		merged = 0;
+	 * What nothing watches is registered uncached. Evictions are
+	 * deregistered with the lock released, with the registration. */
+	if (cacheable) {
+		int room;
+
+		c->reap_on = unlock;
+		room = make_room(c, kind == MRMGR__REGION_PINNED ? rl - rs + 1
+								: 0);
+		c->reap_on = 0;
+		if (!room || mrmgr__mon_watch_begin(c, rs, rl, &watch)) {
+			cacheable = 0;
+			as = rs = start;
+			al = rl = last;
+			racc = access;
+			merged = 0;
+		}
 	}
 
 	if (kind == MRMGR__REGION_VIEW) {
-		/* The implicit MR already covers it: no registration at all. */
+		/* The implicit MR already covers it: no registration at all
+		 * (and what the room took is deregistered now). */
+		reap_locked(c);
 		mr = c->odp.implicit_mr;
+		account_pinned(c, kind, 0, 1);
 		goto have_mr;
 	}
-	ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
+	/* Counted from now: concurrent misses see the room taken. */
+	account_pinned(c, kind, rl - rs + 1, 1);
+	if (unlock) {
+		if (cacheable) {
+			inflight_begin(c, &fl, rs, rl);
+			reserved = 1;
+		}
+		ret = reg_unlocked(c, rs, rl - rs + 1, racc, &mr);
+	} else {
+		ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
+	}
 	if (ret == ENOMEM || ret == EAGAIN) {
 		c->st.evict_retries++;
 		evict_all_idle(c);
@@ -593,13 +877,30 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		 * what the cached neighbours registered. ENOMEM/EAGAIN: the
 		 * span does not fit even with every idle region evicted, yet
 		 * the request alone may. Register just the request. */
-		rs = start;
-		rl = last;
+		account_pinned(c, kind, rl - rs + 1, -1);
+		as = rs = start;
+		al = rl = last;
 		racc = access;
 		merged = 0;
+		account_pinned(c, kind, rl - rs + 1, 1);
 		ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
 	}
+	if (reserved) {
+		/* Events that came while the lock was free may drop it. */
+		if (!mrmgr__mon_quiet(&c->mon_seen))
+			apply_events(c);
+		inflight_end(c, &fl);
+		/* mrmgr_cache_move_pd() meanwhile: registered in the old PD. */
+		if (!ret && mr->pd != c->pd)
+			fl.dropped = 1;
+		if (fl.dropped && cacheable) {
+			mrmgr__mon_watch_abort(c, &watch);
+			cacheable = 0;
+			merged = 0;
+		}
+	}
 	if (ret) {
+		account_pinned(c, kind, rl - rs + 1, -1);
 		if (cacheable)
 			mrmgr__mon_watch_abort(c, &watch);
 		c->st.reg_failures++;
@@ -615,6 +916,8 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 have_mr:
 	r = region_alloc(c);
 	if (!r) {
+		account_pinned(c, kind,
+			       kind == MRMGR__REGION_VIEW ? 0 : rl - rs + 1, -1);
 		if (cacheable)
 			mrmgr__mon_watch_abort(c, &watch);
 		if (kind != MRMGR__REGION_VIEW) {
@@ -634,17 +937,22 @@ have_mr:
 	MRMGR__WRITE_ONCE(r->node.start, rs);
 	MRMGR__WRITE_ONCE(r->node.last, rl);
 	MRMGR__WRITE_ONCE(r->access, racc);
-	mrmgr__ref_take(r, slot);
-	c->nregions++;
-	if (kind == MRMGR__REGION_PINNED) {
-		c->pinned_bytes += rl - rs + 1;
-		if (c->pinned_bytes > c->st.peak_pinned_bytes)
-			c->st.peak_pinned_bytes = c->pinned_bytes;
-	} else {
+	r->asked_start = as < start ? as : start;
+	r->asked_last = al > last ? al : last;
+	/* New: spared by the hand like a hit region, but after a lap it goes
+	 * before regions hit since (evict.c). */
+	if (!(mrmgr__ref_take(r, slot) & MRMGR__REF_NEW))
+		__atomic_fetch_or(mrmgr__ref_word(r, slot), MRMGR__REF_NEW,
+				  __ATOMIC_RELAXED);
+	if (kind != MRMGR__REGION_PINNED)
 		mrmgr__odp_region_added(c, r);
-	}
 
+	if (cacheable && watch_commit(c, &watch, r)) {
+		mrmgr__mon_unwatch(c, r);
+		cacheable = 0;
+	}
 	if (!cacheable) {
+		mrmgr__region_set_keys(r);
 		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
 		c->st.uncached++;
 		*out = r;
@@ -652,20 +960,20 @@ have_mr:
 	}
 	/* Everything the new region covers goes; its users keep their MRs
 	 * (make-before-break) and deregister them at their last put. */
-	for (struct mrmgr__itree_node *n;
-	     merged && (n = mrmgr__itree_first_overlap(&c->tree, rs, rl));) {
+	for (struct mrmgr__itree_node *n =
+		     merged ? mrmgr__itree_first_overlap(&c->tree, rs, rl) : NULL;
+	     n;) {
+		if (!mrmgr__cache_joins(node_region(n), as, al, rs, rl)) {
+			/* Overlapped only in its headroom: stays. */
+			n = mrmgr__itree_next_overlap(n, rs, rl);
+			continue;
+		}
 		if (!region_detach(c, node_region(n)))
 			c->st.make_before_break++;
 		c->st.merges++;
+		n = mrmgr__itree_first_overlap(&c->tree, rs, rl);
 	}
-	if (mrmgr__mon_watch_commit(c, &watch, r)) {
-		/* A change to the range was under way: the pages may be
-		 * leaving. Handed out uncached (monitor.h). */
-		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
-		c->st.uncached++;
-		*out = r;
-		return 0;
-	}
+	mrmgr__evict_age(c);
 	region_publish(c, r);
 	*out = r;
 	return 0;
@@ -679,6 +987,7 @@ uint64_t mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
 	struct mrmgr__itree_node *n;
 	uint64_t count = 0;
 
+	inflight_drop(c, start, last);
 	while ((n = mrmgr__itree_first_overlap(&c->tree, start, last))) {
 		struct mrmgr_region *r = node_region(n);
 
@@ -777,7 +1086,8 @@ static int get(struct mrmgr_cache *c, void *addr, size_t length,
 	}
 
 	pthread_mutex_lock(&c->lock);
-	ret = mrmgr__cache_get_locked(c, start, last, access, slot, 0, &r);
+	ret = mrmgr__cache_get_locked(c, start, last, access, slot,
+				      MRMGR__GET_MAY_UNLOCK, &r);
 	pthread_mutex_unlock(&c->lock);
 	if (!ret)
 		*region = r;
@@ -790,22 +1100,31 @@ int mrmgr__cache_get_locked(struct mrmgr_cache *c, uint64_t start,
 			    struct mrmgr_region **out)
 {
 	struct mrmgr_region *r;
+	int ret;
 
-	/* Reported memory events first: nothing they name may be found. */
-	if (!mrmgr__mon_quiet(&c->mon_seen))
-		apply_events(c);
-	r = (c->flags & MRMGR_CACHE_DISABLE)
-		    ? NULL
-		    : lookup_locked(c, start, last, access);
-	if (r) {
-		/* Another thread registered it meanwhile. */
-		mark_used(r, slot, mrmgr__ref_take(r, slot));
-		c->st.hits++;
-		*out = r;
-		return 0;
+	for (int again = 0;; again++) {
+		/* Reported memory events first: nothing they name may be
+		 * found. */
+		if (!mrmgr__mon_quiet(&c->mon_seen))
+			apply_events(c);
+		r = (c->flags & MRMGR_CACHE_DISABLE)
+			    ? NULL
+			    : lookup_locked(c, start, last, access);
+		if (r) {
+			/* Another thread registered it meanwhile. */
+			mark_used(r, slot, mrmgr__ref_take(r, slot));
+			c->st.hits++;
+			if (again) /* it waited for another's registration */
+				c->st.misses--;
+			*out = r;
+			return 0;
+		}
+		if (!again)
+			c->st.misses++;
+		ret = miss(c, start, last, access, slot, gflags, out);
+		if (ret != MISS_AGAIN)
+			return ret;
 	}
-	c->st.misses++;
-	return miss(c, start, last, access, slot, gflags, out);
 }
 
 /*
@@ -1036,10 +1355,13 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 	c->lru.prev = c->lru.next = &c->lru;
 	c->held.prev = c->held.next = &c->held;
 	c->bufs.prev = c->bufs.next = &c->bufs;
+	c->inflight.prev = c->inflight.next = &c->inflight;
 	mrmgr__itree_init(&c->tree);
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->inflight_done, NULL);
 	ret = mrmgr__odp_init(c);
 	if (ret) {
+		pthread_cond_destroy(&c->inflight_done);
 		pthread_mutex_destroy(&c->lock);
 		free(c);
 		return ret;
@@ -1099,6 +1421,7 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 			   "destroy them first");
 		return EBUSY;
 	}
+	reap_locked(c); /* empty: every miss drains what it retired */
 	unpark_all(c); /* idle, as checked above */
 	while (c->lru.next != &c->lru) {
 		struct mrmgr_region *r = lru_region(c->lru.next);
@@ -1118,6 +1441,7 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 	mrmgr__share_cache_free(c);
 	mrmgr__region_slabs_free(&c->rslabs);
 	free(c->all);
+	pthread_cond_destroy(&c->inflight_done);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 	return 0;
@@ -1219,6 +1543,7 @@ void mrmgr__cache_each_cached(struct mrmgr_cache *c,
 	struct mrmgr__lru_link todo;
 
 	unpark_all(c);
+	c->age_hand = NULL; /* the list moves aside */
 	if (c->lru.next == &c->lru)
 		return;
 	/* Move the list aside; each region rejoins the cache's list before
@@ -1264,4 +1589,14 @@ struct mrmgr_region *mrmgr__cache_try_hit(struct mrmgr_cache *c, uint64_t start,
 void mrmgr__cache_evict_all_idle(struct mrmgr_cache *c)
 {
 	evict_all_idle(c);
+}
+
+void mrmgr__cache_fork_child(struct mrmgr_cache *c)
+{
+	/* Their threads do not exist here; nobody waits for them either. */
+	c->inflight.prev = c->inflight.next = &c->inflight;
+	c->reap = NULL;
+	c->reap_on = 0;
+	c->age_hand = NULL;
+	pthread_cond_init(&c->inflight_done, NULL);
 }

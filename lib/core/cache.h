@@ -26,6 +26,19 @@
 
 struct mrmgr__share_cache;
 
+/*
+ * A miss registering [start, last] with the cache lock released
+ * (cache.c): other misses that would register an overlapping range wait
+ * for it, and an invalidation of an overlapping range marks it dropped
+ * (its registration is then not cached). On the registering thread's
+ * stack, linked under the lock.
+ */
+struct mrmgr__inflight {
+	uint64_t start, last;
+	int dropped;
+	struct mrmgr__inflight *next, *prev;
+};
+
 /* Effective settings after attr and environment. */
 struct mrmgr__cache_config {
 	uint64_t max_regions;
@@ -59,6 +72,8 @@ struct mrmgr_cache {
 	struct mrmgr__lru_link lru;      /* head: lru.next is the oldest */
 	struct mrmgr__lru_link held;     /* cached regions found held (evict.c) */
 	uint32_t evict_round;            /* evict.c: make_room() calls */
+	struct mrmgr__lru_link *age_hand; /* evict.c: where the ageing hand
+					   * is on lru; NULL: the oldest */
 	struct mrmgr_region *free_list;  /* type-stable spare regions */
 	struct mrmgr__region_slabs rslabs; /* their memory, freed with the
 					    * cache */
@@ -76,6 +91,12 @@ struct mrmgr_cache {
 	struct mrmgr__share_cache *share; /* share.c: other PDs, exports;
 					   * NULL until needed */
 	struct mrmgr__mon_cache mon;     /* memory events (monitor.h) */
+	struct mrmgr__inflight inflight; /* ring of registrations under way
+					  * without the lock (cache.c) */
+	pthread_cond_t inflight_done;    /* one of them ended */
+	struct mrmgr_region *reap;       /* evicted, deregistered once the
+					  * lock is released (cache.c) */
+	int reap_on;                     /* evictions go to reap */
 };
 
 /* A put found its region not live: release it if that was the last user. */
@@ -92,6 +113,9 @@ uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c);
 enum mrmgr__get_flags {
 	MRMGR__GET_NO_GROW = 1u << 0,  /* no in-place rereg, no headroom */
 	MRMGR__GET_NO_MERGE = 1u << 1, /* register exactly [start, last] */
+	/* The caller holds nothing else across the call: the miss may drop
+	 * the lock while it registers (and takes it again before returning) */
+	MRMGR__GET_MAY_UNLOCK = 1u << 2,
 };
 
 /* mrmgr_get() after the hit path: look again, else register. */
@@ -132,6 +156,17 @@ void mrmgr__cache_each_cached(struct mrmgr_cache *c,
 			      void (*fn)(struct mrmgr_cache *c,
 					 struct mrmgr_region *r, void *arg),
 			      void *arg);
+/*
+ * Whether cached region r joins a miss whose requests span [as, al]
+ * (the request and what was asked of the regions joined so far) and
+ * whose registration spans [s, l]: r overlaps it and either what was
+ * asked of r overlaps [as, al] or r lies inside [s, l]. A region the
+ * miss overlaps only in its headroom (memory nobody asked for, perhaps
+ * the next buffer) stays apart.
+ */
+int mrmgr__cache_joins(const struct mrmgr_region *r, uint64_t as, uint64_t al,
+		       uint64_t s, uint64_t l);
+
 /* mrmgr_get()'s access check (EINVAL and a log line). */
 int mrmgr__cache_check_access(const char *fn, unsigned int access);
 
@@ -150,5 +185,7 @@ struct mrmgr_region *mrmgr__cache_try_hit(struct mrmgr_cache *c, uint64_t start,
 					  unsigned int slot);
 /* Evict every idle region (before retrying an ENOMEM registration). */
 void mrmgr__cache_evict_all_idle(struct mrmgr_cache *c);
+/* A fork child: registrations under way belonged to other threads. */
+void mrmgr__cache_fork_child(struct mrmgr_cache *c);
 
 #endif /* MRMGR__CACHE_H */

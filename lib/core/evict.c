@@ -27,9 +27,26 @@
  * Bounds. A pick looks at no more than EXAMINE idle regions (the used
  * bits it clears were each set by a hit, so that work is paid for by
  * hits); the held regions it parks on the way were each taken by a get
- * since they were last looked at, so they are paid for by gets. When it
- * finds no candidate the caller registers uncached, as it does when
- * every region is held.
+ * since they were last looked at, so they are paid for by gets. A pick
+ * that used its budget clearing used bits takes the first region it
+ * cleared (the oldest of them, idle, and a region whose bit the hand
+ * clears is CLOCK's next victim anyway): it never comes back empty while
+ * an idle region is cached. Only when every region is held does the
+ * caller register uncached.
+ *
+ * Ageing. Hits leave no time, only a bit, so the hand also moves as time
+ * passes, as CLOCK's hand does: every new region moves it AGE_STEPS
+ * regions on (mrmgr__evict_age()), clearing used bits and sending the
+ * regions that had one to the back. The list then stays close to the
+ * order of last use: a region hit before another was made sits ahead of
+ * it, one hit after sits behind. New regions enter with a "new" bit set
+ * (the miss marks the reference it takes): the hand spares them as it
+ * spares hit ones, so a region is never the next to go just because it is
+ * new; but when a full turn finds every idle region marked, the oldest
+ * region marked only new goes before those hit since the hand last
+ * passed (a hit after a region was made is more recent than its making). How close to
+ * least-recently-used this is, against an exact model over a random
+ * trace: tests/unit/test_evict.c (lru_model).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -41,6 +58,7 @@
 #define EXAMINE 128 /* regions a pick looks at, at most */
 #define WINDOW 8    /* cold idle regions weighed against each other */
 #define RECHECK 2   /* held regions looked at again on every pick */
+#define AGE_STEPS 2 /* regions the ageing hand passes per new region */
 
 static struct mrmgr_region *region_of(struct mrmgr__lru_link *l)
 {
@@ -49,12 +67,31 @@ static struct mrmgr_region *region_of(struct mrmgr__lru_link *l)
 
 static void move_to_back(struct mrmgr__lru_link *head, struct mrmgr_region *r)
 {
+	mrmgr__evict_unlinking(&r->cache->age_hand, &r->lru);
 	r->lru.prev->next = r->lru.next;
 	r->lru.next->prev = r->lru.prev;
 	r->lru.prev = head->prev;
 	r->lru.next = head;
 	head->prev->next = &r->lru;
 	head->prev = &r->lru;
+}
+
+void mrmgr__evict_age(struct mrmgr_cache *c)
+{
+	for (int i = 0; i < AGE_STEPS; i++) {
+		struct mrmgr__lru_link *l = c->age_hand;
+		struct mrmgr_region *r;
+
+		if (!l || l == &c->lru)
+			l = c->lru.next; /* round the clock */
+		if (l == &c->lru)
+			return;
+		r = region_of(l);
+		if (mrmgr__region_take_used(r, c->nstripes))
+			move_to_back(&c->lru, r); /* the hand moves on */
+		else
+			c->age_hand = l->next;
+	}
 }
 
 uint64_t mrmgr__evict_bytes(const struct mrmgr_region *r)
@@ -96,6 +133,9 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 	struct pick spared = { .shortfall = shortfall };
 	unsigned int budget = EXAMINE;
 	uint32_t round = c->evict_round;
+	struct mrmgr_region *first = NULL; /* the first this pick spared */
+	struct mrmgr_region *first_new = NULL; /* ...for being new, not hit */
+	int lapped = 0, used;
 	struct mrmgr__lru_link *l;
 
 	/* Holders come and go: give the oldest held regions back to the
@@ -111,27 +151,49 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 	 * Regions given a second chance during this round of evictions
 	 * (one mrmgr__cache_make_room()) are weighed only when nothing else
 	 * is idle: a region used since the hand last passed survives the
-	 * round, however big.
+	 * round, however big. The hand goes round the clock: past the
+	 * newest region it comes back to the oldest, and once it is back at
+	 * the first region it spared in this pick, every idle region was
+	 * used: it weighs them in the order it spared them (oldest first;
+	 * under the byte limit, a window of them by size). So an idle
+	 * region always turns up, however many were hit.
 	 */
-	for (l = c->lru.next; l != &c->lru && budget; ) {
-		struct mrmgr_region *r = region_of(l);
+	for (l = c->lru.next; budget; ) {
+		struct mrmgr_region *r;
 
+		if (l == &c->lru) {
+			l = l->next; /* round the clock */
+			if (l == &c->lru)
+				break;
+			continue;
+		}
+		r = region_of(l);
+		if (r == first) {
+			if (lapped)
+				break;
+			lapped = 1; /* a full turn: every idle one was used */
+			if (!shortfall && first_new)
+				break; /* the oldest only made, not hit */
+		}
 		l = l->next;
-		if (mrmgr__region_refs(r, c->nstripes)) {
+		if (mrmgr__region_look(r, c->nstripes, &used)) {
 			/* Paid for by the get that took it: no budget. */
 			move_to_back(&c->held, r);
 			continue;
 		}
 		budget--;
-		if (mrmgr__region_take_used(r, c->nstripes)) {
+		if (used) {
 			r->spared = round; /* a second chance */
+			if (!first)
+				first = r;
+			if (used == 1 && !first_new)
+				first_new = r;
 			move_to_back(&c->lru, r);
-			/* It was the last: the hand comes to it again (as
-			 * spared), so a lone used region can still go. */
-			if (l == &c->lru)
+			if (l == &c->lru) /* it was the newest */
 				l = &r->lru;
 		} else if (r->spared == round) {
-			consider(&spared, r);
+			if (consider(&spared, r) && lapped)
+				break;
 		} else if (consider(&p, r)) {
 			break;
 		}
@@ -150,7 +212,11 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 				break;
 		}
 	}
+	if (!shortfall && !p.fit && !p.big && first_new)
+		return first_new;
 	if (!p.fit && !p.big)
 		p = spared;
+	if (!p.fit && !p.big) /* every idle region was used: the oldest */
+		return first_new ? first_new : first;
 	return p.fit ? p.fit : p.big;
 }

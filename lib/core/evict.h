@@ -23,6 +23,20 @@ struct mrmgr_region;
 struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 				       uint64_t shortfall);
 
+/*
+ * A region was made: move the ageing hand a few regions on (evict.c).
+ * Cache lock held.
+ */
+void mrmgr__evict_age(struct mrmgr_cache *c);
+
+/* l leaves the cache's lru list: the ageing hand must not stay on it. */
+static inline void mrmgr__evict_unlinking(struct mrmgr__lru_link **hand,
+					  struct mrmgr__lru_link *l)
+{
+	if (*hand == l)
+		*hand = l->next;
+}
+
 /* The bytes evicting r gives back to the byte limit. */
 uint64_t mrmgr__evict_bytes(const struct mrmgr_region *r);
 

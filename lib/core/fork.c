@@ -103,6 +103,7 @@ static void forget_all(struct mrmgr_cache *c)
 	c->lru.prev = c->lru.next = &c->lru;
 	c->held.prev = c->held.next = &c->held;
 	c->nregions = c->ncached = c->pinned_bytes = 0;
+	mrmgr__cache_fork_child(c);
 	mrmgr__mon_queue_attach(&c->mon, &c->mon_seen);
 	c->mon.fork_purges++;
 }

@@ -122,17 +122,17 @@ static void layout_init(void)
 	 */
 	while (cpus > 0 && n < 2 * (unsigned long)cpus && n < MAX_STRIPES)
 		n *= 2;
-	/* Regions 1..count, then n arrays of count + 1 words, each array
-	 * starting on a cache line. */
-	per = MRMGR__REGION_SIZE + n * sizeof(uint64_t);
+	/* Regions 1..count, then n arrays of count + 1 entries (a word and
+	 * the keys, region.h), each array starting on a cache line. */
+	per = MRMGR__REGION_SIZE + n * ((uintptr_t)1 << MRMGR__REF_ENTRY_SHIFT);
 	count = (uint32_t)((MRMGR__SLAB_SIZE - MRMGR__REGION_SIZE -
 			    n * MRMGR__CACHELINE) / per);
 	mrmgr__layout.per_slab = count;
 	mrmgr__layout.words = align_up((uintptr_t)(count + 1) *
 					       MRMGR__REGION_SIZE,
 				       MRMGR__CACHELINE);
-	mrmgr__layout.stride = align_up((uintptr_t)(count + 1) *
-						sizeof(uint64_t),
+	mrmgr__layout.stride = align_up((uintptr_t)(count + 1)
+						<< MRMGR__REF_ENTRY_SHIFT,
 					MRMGR__CACHELINE);
 	__atomic_store_n(&mrmgr__layout.nstripes, n, __ATOMIC_RELEASE);
 }
@@ -174,6 +174,61 @@ void mrmgr__region_set_state(struct mrmgr_region *r, int state)
 	}
 }
 
+void mrmgr__region_set_keys(struct mrmgr_region *r)
+{
+	const struct mrmgr_cache *c = r->cache;
+	uint64_t keys;
+
+	if (!r->mr || (c->flags & MRMGR__CACHE_MULTI_PD)) {
+		mrmgr__region_clear_keys(r);
+		return;
+	}
+	keys = (uint64_t)r->mr->rkey << 32 | r->mr->lkey;
+	for (unsigned int i = 0; i < c->nstripes; i++) {
+		uint64_t *w = mrmgr__ref_word(r, i);
+
+		__atomic_store_n(&w[1], keys, __ATOMIC_RELAXED);
+		/* Release: a reader that sees the bit sees the keys. */
+		__atomic_fetch_or(w, MRMGR__REF_KEYS, __ATOMIC_RELEASE);
+	}
+}
+
+void mrmgr__region_clear_keys(struct mrmgr_region *r)
+{
+	for (unsigned int i = 0; i < r->cache->nstripes; i++)
+		__atomic_fetch_and(mrmgr__ref_word(r, i), ~MRMGR__REF_KEYS,
+				   __ATOMIC_SEQ_CST);
+}
+
+int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
+		       int *used)
+{
+	const uint64_t bits = MRMGR__REF_USED | MRMGR__REF_NEW;
+	uint64_t sum = 0, had = 0, any = 0;
+
+	/* One pass: the words' counts (bias included, wrapping) and which
+	 * stripes have a bit set; then clear those, only when idle. */
+	for (unsigned int i = 0; i < nstripes; i++) {
+		uint64_t w = __atomic_load_n(mrmgr__ref_word(r, i),
+					     __ATOMIC_SEQ_CST);
+
+		sum += (w & ~(MRMGR__REF_ONE - 1)) - MRMGR__REF_BIAS;
+		had |= (uint64_t)!!(w & bits) << i;
+		any |= w;
+	}
+	*used = any & MRMGR__REF_USED ? 2 : any & MRMGR__REF_NEW ? 1 : 0;
+	if (sum)
+		return 1;
+	while (had) {
+		unsigned int i = (unsigned int)__builtin_ctzll(had);
+
+		had &= had - 1;
+		__atomic_fetch_and(mrmgr__ref_word(r, i), ~bits,
+				   __ATOMIC_RELAXED);
+	}
+	return 0;
+}
+
 int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes)
 {
 	int used = 0;
@@ -182,8 +237,10 @@ int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes)
 		uint64_t *w = mrmgr__ref_word(r, i);
 
 		/* Look first: clearing writes a line its thread keeps hot. */
-		if (__atomic_load_n(w, __ATOMIC_RELAXED) & MRMGR__REF_USED) {
-			__atomic_fetch_and(w, ~MRMGR__REF_USED, __ATOMIC_RELAXED);
+		if (__atomic_load_n(w, __ATOMIC_RELAXED) &
+		    (MRMGR__REF_USED | MRMGR__REF_NEW)) {
+			__atomic_fetch_and(w, ~(MRMGR__REF_USED | MRMGR__REF_NEW),
+					   __ATOMIC_RELAXED);
 			used = 1;
 		}
 	}
@@ -258,6 +315,54 @@ int64_t mrmgr__region_refs(const struct mrmgr_region *r, unsigned int nstripes)
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr(const mrmgr_region_t *region)
 {
 	return region ? mrmgr__region_plain_mr(region) : NULL;
+}
+
+/*
+ * The keys as the hit left them: the calling thread's reference entry of
+ * the region, on the line its get just wrote (region.h). UINT64_MAX when
+ * they are not there (a thread without a stripe, a multi-PD cache): then
+ * the MR is read.
+ */
+static inline uint64_t copied_keys(const struct mrmgr_region *r)
+{
+	uintptr_t words = mrmgr__tls_words;
+	const uint64_t *e;
+
+	if (mrmgr__unlikely(!words))
+		return UINT64_MAX;
+	e = mrmgr__ref_word_at(r, words);
+	if (mrmgr__unlikely(!(__atomic_load_n(e, __ATOMIC_ACQUIRE) &
+			      MRMGR__REF_KEYS)))
+		return UINT64_MAX;
+	return __atomic_load_n(&e[1], __ATOMIC_RELAXED);
+}
+
+static __attribute__((noinline)) uint32_t mr_key(const mrmgr_region_t *region,
+						 int remote)
+{
+	struct ibv_mr *mr = region ? mrmgr__region_plain_mr(region) : NULL;
+
+	return !mr ? 0 : remote ? mr->rkey : mr->lkey;
+}
+
+MRMGR_EXPORT uint32_t mrmgr_region_lkey(const mrmgr_region_t *region)
+{
+	uint64_t k;
+
+	if (mrmgr__likely(region != NULL) &&
+	    mrmgr__likely((k = copied_keys(region)) != UINT64_MAX))
+		return (uint32_t)k;
+	return mr_key(region, 0);
+}
+
+MRMGR_EXPORT uint32_t mrmgr_region_rkey(const mrmgr_region_t *region)
+{
+	uint64_t k;
+
+	if (mrmgr__likely(region != NULL) &&
+	    mrmgr__likely((k = copied_keys(region)) != UINT64_MAX))
+		return (uint32_t)(k >> 32);
+	return mr_key(region, 1);
 }
 
 MRMGR_EXPORT void *mrmgr_region_addr(const mrmgr_region_t *region)

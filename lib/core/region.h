@@ -12,10 +12,12 @@
  * the LRU's "used" bit in the low byte, the count above (biased, so it may
  * go below zero when another slot's thread puts). The words do not live in the region:
  * regions are carved from 2 MiB slabs that keep, per stripe, an array of
- * the words of all their regions. So a thread's words of eight regions
- * share a cache line that only that thread writes, a hit or a put touches
- * 8 bytes of the region's memory (not a line, nor the region itself), and
- * a thread's words of 100,000 regions fit in 800 KB. The word's address
+ * the words of all their regions (each beside a copy of the MR's keys:
+ * 16-byte entries). So a thread's words of four regions share a cache
+ * line that only that thread writes, a hit or a put touches 8 bytes of
+ * the region's memory (not a line, nor the region itself), a key read
+ * after it the 8 beside them, and a thread's entries of 100,000 regions
+ * fit in 1.6 MB. The word's address
  * follows from the region's address and the slab's first line.
  *
  * Region memory is type-stable: a released region goes back to its cache's
@@ -73,11 +75,22 @@ enum mrmgr__region_flags {
 
 /*
  * A reference word: bit 0 "not live" (the region's state is not
- * MRMGR__REGION_LIVE), bit 3 "used" (set by hits, cleared by the LRU
- * hand), bits 8-63 the count plus a bias of 2^63 (the count moves in
- * steps of MRMGR__REF_ONE and never reaches the low byte).
+ * MRMGR__REGION_LIVE), bit 1 "keys" (the word after it holds the MR's
+ * lkey and rkey, see mrmgr__region_set_keys()), bit 2 "new" (set by the
+ * miss that made the region, cleared by the LRU hand), bit 3 "used" (set by
+ * hits, cleared by the LRU hand), bits 8-63 the count plus a bias of
+ * 2^63 (the count moves in steps of MRMGR__REF_ONE and never reaches the
+ * low byte).
+ *
+ * Each word is the first half of a 16-byte entry; the second half holds
+ * a copy of the region's keys, written by the lock's holder whenever the
+ * MR is made or changed. A caller that reads a key after a hit reads it
+ * from the line the hit just wrote, not from the region or the MR (two
+ * more cache misses per hit when the regions are many).
  */
 #define MRMGR__REF_DEAD UINT64_C(1)
+#define MRMGR__REF_KEYS UINT64_C(2)
+#define MRMGR__REF_NEW UINT64_C(4) /* made since the hand last passed */
 #define MRMGR__REF_USED UINT64_C(8)
 #define MRMGR__REF_ONE UINT64_C(256)
 #define MRMGR__REF_BIAS (UINT64_C(1) << 63)
@@ -125,6 +138,9 @@ struct mrmgr_region {
 					* chance */
 	struct mrmgr__share *share;    /* share.c: its share set; NULL until
 					* needed, kept while the cache lives */
+	uint64_t asked_start, asked_last; /* what gets asked of it: its
+					   * range less headroom (cache.c,
+					   * merge) */
 	struct mrmgr__watch watch;     /* monitor registry entry (monitor.h) */
 	int watched;                   /* watch is in the registry */
 	unsigned int gone;             /* user_data.c: why it left the cache
@@ -174,7 +190,10 @@ static inline unsigned int mrmgr__thread_slot(void)
 	return mrmgr__likely(s != ~0u) ? s : mrmgr__thread_slot_slow();
 }
 
-/* Region i sits at (i + 1) << shift in its slab: word i + 1 of each array. */
+/* Bytes of a reference entry (word, keys): 1 << MRMGR__REF_ENTRY_SHIFT. */
+#define MRMGR__REF_ENTRY_SHIFT 4u
+
+/* Region i sits at (i + 1) << shift in its slab: entry i + 1 of each array. */
 static inline uint64_t *mrmgr__ref_word_at(const struct mrmgr_region *r,
 					   uintptr_t words)
 {
@@ -182,7 +201,7 @@ static inline uint64_t *mrmgr__ref_word_at(const struct mrmgr_region *r,
 
 	return (uint64_t *)(base + words +
 			    (((uintptr_t)r - base) >>
-			     (MRMGR__REGION_SHIFT - 3)));
+			     (MRMGR__REGION_SHIFT - MRMGR__REF_ENTRY_SHIFT)));
 }
 
 /* r's reference word of stripe slot: no load from r itself. */
@@ -246,6 +265,15 @@ static inline void mrmgr__ref_mark_used(uint64_t *w)
 	__atomic_fetch_or(w, MRMGR__REF_USED, __ATOMIC_RELAXED);
 }
 
+/*
+ * The keys copied next to the reference words: lkey in the low half, rkey
+ * in the high half. Set when the MR is made or changed (lock held, nobody
+ * else using a changed MR: quiesced or new); cleared when it goes. Not
+ * set in a multi-PD cache (the plain accessors' MR is another one).
+ */
+void mrmgr__region_set_keys(struct mrmgr_region *r);
+void mrmgr__region_clear_keys(struct mrmgr_region *r);
+
 /* Regions of a cache: slabs, newest first. */
 struct mrmgr__region_slabs {
 	struct mrmgr__region_slab *newest;
@@ -289,6 +317,15 @@ static inline int mrmgr__region_state(const struct mrmgr_region *r)
  * that side sees the region not live or the sum sees its reference.
  */
 void mrmgr__region_set_state(struct mrmgr_region *r, int state);
+
+/*
+ * The eviction hand's look at r, reading each word once: returns 1 when
+ * it is held (references summing to nonzero; the bits are left); else 0,
+ * its used and new bits cleared and *used 2 when a hit had set one, 1
+ * when only the miss that made it had, 0 when neither.
+ */
+int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
+		       int *used);
 
 /* Clear the used bits; returns whether any was set. */
 int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes);

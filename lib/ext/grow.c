@@ -293,6 +293,7 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 		}
 		MRMGR__WRITE_ONCE(r->access, access);
 		r->gen = ++c->next_gen;
+		mrmgr__region_set_keys(r); /* the keys may have changed */
 		return REREG_DONE;
 	case IBV_REREG_MR_ERR_INPUT:
 	case IBV_REREG_MR_ERR_DONT_FORK_NEW:
@@ -317,8 +318,8 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 
 int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		     unsigned int slot, uint64_t *rs,
-		     uint64_t *rl, unsigned int *racc,
-		     struct mrmgr_region **out)
+		     uint64_t *rl, unsigned int *racc, uint64_t as,
+		     uint64_t al, struct mrmgr_region **out)
 {
 	struct mrmgr_region *r = NULL;
 	uint64_t hs = UINT64_MAX, hl = 0, n = 0, old_len, new_len;
@@ -327,6 +328,8 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	for (struct mrmgr__itree_node *node =
 		     mrmgr__itree_first_overlap(&c->tree, *rs, *rl);
 	     node; node = mrmgr__itree_next_overlap(node, *rs, *rl)) {
+		if (!mrmgr__cache_joins(node_region(node), as, al, *rs, *rl))
+			continue; /* only its headroom: stays apart */
 		r = node_region(node);
 		n++;
 		hs = node->start < hs ? node->start : hs;
@@ -373,7 +376,11 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	/* Nothing to change (cannot happen after a true miss): a hit. */
 	res = flags ? rereg(c, r, flags, c->pd, *rs, new_len, *racc) : REREG_DONE;
 	if (res == REREG_DONE) {
-		mrmgr__ref_take(r, slot);
+		r->asked_start = as < start ? as : start;
+		r->asked_last = al > last ? al : last;
+		/* Used, as a new region is (evict.c). */
+		if (!(mrmgr__ref_take(r, slot) & MRMGR__REF_USED))
+			mrmgr__ref_mark_used(mrmgr__ref_word(r, slot));
 		mrmgr__cache_publish(c, r);
 		*out = r;
 		return 0;
@@ -437,6 +444,8 @@ int mrmgr__grow_held(struct mrmgr_cache *c, struct mrmgr_region **rp,
 				      : rereg(c, r, flags, c->pd, start, len, access);
 		}
 		if (res == REREG_DONE) {
+			r->asked_start = start;
+			r->asked_last = last;
 			mrmgr__ref_take(r, slot);
 			/* Back in the cache; one that was handed out uncached
 			 * goes in only if the limits allow it now. */

@@ -28,8 +28,8 @@ enum mrmgr__rereg_verdict {
 void mrmgr__grow_init(struct mrmgr_cache *c);
 
 /*
- * A get missed and the merge span [*rs, *rl] (access *racc) absorbs cached
- * regions. When it absorbs exactly one, idle, region and the device can,
+ * A get missed and the merge span [*rs, *rl] (access *racc, requests
+ * [as, al]) absorbs cached regions (mrmgr__cache_joins()). When it absorbs exactly one, idle, region and the device can,
  * rereg that region in place: returns 0 with *out referenced on slot. Else
  * widens the span by the headroom policy when the request grows a region,
  * and returns MRMGR__GROW_PASS: the caller registers the span and detaches
@@ -37,8 +37,8 @@ void mrmgr__grow_init(struct mrmgr_cache *c);
  */
 int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		     unsigned int slot, uint64_t *rs,
-		     uint64_t *rl, unsigned int *racc,
-		     struct mrmgr_region **out);
+		     uint64_t *rl, unsigned int *racc, uint64_t as,
+		     uint64_t al, struct mrmgr_region **out);
 
 /*
  * Re-point a region the caller holds one reference on (taken on any slot;

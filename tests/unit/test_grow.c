@@ -463,3 +463,82 @@ Test(grow, access_upgrade_of_a_held_region_makes_before_breaking)
 	fx_close(&f);
 	munmap(buf, 64 * KiB);
 }
+
+/*
+ * Growth stops at the caller's buffer (issue 15): buffers laid back to
+ * back in one mapping, each grown by doubling or by 4 KiB steps, the
+ * steps interleaved or one buffer after the other, with the monitor in
+ * its default mode and with external monitoring (headroom on). A cache
+ * that merges a buffer with the neighbour it touches, or widens it over
+ * memory the program never asked to register, makes one ever larger
+ * region and re-registers it at every step. The pages registered must
+ * not exceed what registering each request as it comes costs (UCX's
+ * rcache does that), and the linear pattern keeps its O(log n)
+ * registrations where headroom is on.
+ */
+#define B2B 4
+static void grow_back_to_back(uint32_t monitor, int doubling, int interleaved,
+			      uint64_t *pages, uint64_t *calls, uint64_t *plain)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = cattr(0);
+	size_t steps = doubling ? 9 : 48, final = doubling ? 256 * PG : 48 * PG;
+	char *buf = map_rw(B2B * final, 0);
+	mrmgr_region_t *r;
+
+	a.monitor = monitor;
+	fx_open(&f, &sim_big, &a);
+	*plain = 0;
+	for (size_t o = 0; o < B2B * steps; o++) {
+		size_t b = interleaved ? o % B2B : o / steps;
+		size_t i = interleaved ? o / B2B + 1 : o % steps + 1;
+		size_t len = doubling ? PG << (i - 1) : i * PG;
+
+		cr_assert_eq(mrmgr_get(f.cache, buf + b * final, len, RW, &r), 0);
+		cr_assert_geq(mrmgr_region_addr(r), (void *)(buf + b * final)
+			      - final, "reaches no further than the buffer "
+			      "before");
+		mrmgr_put(r);
+		*plain += len / PG;
+	}
+	struct mrmgr_stats s = cstats(f.cache);
+
+	*pages = s.pages_registered;
+	*calls = s.registrations + s.rereg_successes;
+	fx_close(&f);
+	munmap(buf, B2B * final);
+}
+
+Test(grow, back_to_back_buffers_are_not_swallowed)
+{
+	static const uint32_t modes[] = { MRMGR_MONITOR_AUTO,
+					  MRMGR_MONITOR_EXTERNAL };
+
+	for (int m = 0; m < 2; m++)
+		for (int doubling = 0; doubling < 2; doubling++)
+			for (int il = 0; il < 2; il++) {
+				uint64_t pages, calls, plain;
+
+				grow_back_to_back(modes[m], doubling, il, &pages,
+						  &calls, &plain);
+				cr_log_info("monitor %u %s %s: %llu pages (%llu "
+					    "asked), %llu calls", modes[m],
+					    doubling ? "doubling" : "linear",
+					    il ? "interleaved" : "one by one",
+					    (unsigned long long)pages,
+					    (unsigned long long)plain,
+					    (unsigned long long)calls);
+				cr_assert_leq(pages, plain,
+					      "monitor %u, %s, %s: %llu pages "
+					      "registered for %llu asked",
+					      modes[m],
+					      doubling ? "doubling" : "linear",
+					      il ? "interleaved" : "one by one",
+					      (unsigned long long)pages,
+					      (unsigned long long)plain);
+				if (!doubling && modes[m] == MRMGR_MONITOR_EXTERNAL)
+					cr_assert_leq(calls, B2B * 8,
+						      "headroom: O(log n) per "
+						      "buffer");
+			}
+}
