@@ -225,7 +225,7 @@ static int region_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
 	tree_remove(c, r);
-	if (mrmgr__region_refs(r, c->nstripes) != 0)
+	if (mrmgr__region_refs_checked(c, r, "detaching it") != 0)
 		return 0;
 	region_release(c, r);
 	return 1;
@@ -247,7 +247,7 @@ static void region_publish(struct mrmgr_cache *c, struct mrmgr_region *r)
 static int region_try_evict(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	mrmgr__region_set_state(r, MRMGR__REGION_EVICTING);
-	if (mrmgr__region_refs(r, c->nstripes) != 0) {
+	if (mrmgr__region_refs_checked(c, r, "evicting it") != 0) {
 		mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 		return 0;
 	}
@@ -938,6 +938,9 @@ MRMGR_EXPORT void mrmgr_put(mrmgr_region_t *region)
 
 	if (!region)
 		return;
+	if (mrmgr__unlikely(__atomic_load_n(&mrmgr__check_puts, __ATOMIC_RELAXED)) &&
+	    mrmgr__put_checked(region))
+		return;
 	if (mrmgr__unlikely(!words)) {
 		put_first(region);
 		return;
@@ -956,10 +959,14 @@ void mrmgr__cache_put_slow(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	pthread_mutex_lock(&c->lock);
 	/* Under the lock the state is stable; FREE or a recycled LIVE region
-	 * means someone else already released it. */
-	if (mrmgr__region_state(r) == MRMGR__REGION_DETACHED &&
-	    mrmgr__region_refs(r, c->nstripes) == 0)
-		region_release(c, r);
+	 * means someone else already released it (a put after that was
+	 * one too many: check.c). */
+	if (mrmgr__region_state(r) == MRMGR__REGION_DETACHED) {
+		if (mrmgr__region_refs_checked(c, r, "at its last put") == 0)
+			region_release(c, r);
+	} else if (mrmgr__region_state(r) == MRMGR__REGION_FREE) {
+		(void)mrmgr__region_refs_checked(c, r, "after its release");
+	}
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -1033,6 +1040,7 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 		return ret;
 	}
 	mrmgr__grow_init(c);
+	mrmgr__check_init(c);
 	mrmgr__info("cache on %s (%s backend): at most %llu regions, %llu "
 		    "bytes; merge %s, caching %s",
 		    caps.name, be->name, (unsigned long long)cfg.max_regions,
@@ -1052,10 +1060,10 @@ uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c)
 	uint64_t n = c->nregions - c->st.share_pd_mrs - c->ncached;
 
 	for (struct mrmgr__lru_link *l = c->lru.next; l != &c->lru; l = l->next)
-		if (mrmgr__region_refs(lru_region(l), c->nstripes) != 0)
+		if (mrmgr__region_refs_checked(c, lru_region(l), "idle") != 0)
 			n++;
 	for (struct mrmgr__lru_link *l = c->held.next; l != &c->held; l = l->next)
-		if (mrmgr__region_refs(lru_region(l), c->nstripes) != 0)
+		if (mrmgr__region_refs_checked(c, lru_region(l), "idle") != 0)
 			n++;
 	return n;
 }
@@ -1132,7 +1140,7 @@ int mrmgr__cache_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r)
 	 * released) before the lock is dropped.
 	 */
 	mrmgr__region_set_state(r, MRMGR__REGION_EVICTING);
-	if (mrmgr__region_refs(r, c->nstripes) != 0) {
+	if (mrmgr__region_refs_checked(c, r, "growing it") != 0) {
 		mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 		return 0;
 	}
@@ -1157,7 +1165,7 @@ void mrmgr__cache_publish(struct mrmgr_cache *c, struct mrmgr_region *r)
 		mrmgr__mon_unwatch(c, r);
 		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
 		c->st.uncached++;
-		if (mrmgr__region_refs(r, c->nstripes) == 0)
+		if (mrmgr__region_refs_checked(c, r, "uncaching it") == 0)
 			region_release(c, r);
 		return;
 	}
@@ -1181,7 +1189,7 @@ void mrmgr__cache_unref_locked(struct mrmgr_cache *c, struct mrmgr_region *r,
 {
 	mrmgr__ref_drop(r, slot);
 	if (mrmgr__region_state(r) == MRMGR__REGION_DETACHED &&
-	    mrmgr__region_refs(r, c->nstripes) == 0)
+	    mrmgr__region_refs_checked(c, r, "at its last put") == 0)
 		region_release(c, r);
 }
 
