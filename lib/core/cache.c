@@ -174,17 +174,14 @@ static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 	int ret;
 
 	mrmgr__mon_unwatch(c, r); /* a no-op unless grow.c held it out */
+	if (mrmgr__unlikely(c->ndeferred))
+		mrmgr__cache_dereg_retry(c, 0);
 	if (r->share) /* its MRs in other PDs, its share-set membership */
 		mrmgr__share_region_release(c, r);
 	/* A view borrows the implicit MR, which lives as long as the cache. */
-	ret = r->kind == MRMGR__REGION_VIEW ? 0 : c->be->dereg_mr(r->mr);
-
-	if (ret)
-		mrmgr__err("deregistering [%#llx, +%llu) failed: %s; the MR is "
-			   "abandoned",
-			   (unsigned long long)mrmgr__region_start(r),
-			   (unsigned long long)len, strerror(ret));
-	else if (r->kind != MRMGR__REGION_VIEW)
+	ret = r->kind == MRMGR__REGION_VIEW ? 0
+	      : mrmgr__cache_dereg(c, r->mr, "a region's MR");
+	if (!ret && r->kind != MRMGR__REGION_VIEW)
 		c->st.deregistrations++;
 	mrmgr__dbg("dereg [%#llx, +%llu)",
 		   (unsigned long long)mrmgr__region_start(r),
@@ -613,10 +610,9 @@ have_mr:
 	if (!r) {
 		if (cacheable)
 			mrmgr__mon_watch_abort(c, &watch);
-		if (kind != MRMGR__REGION_VIEW) {
-			c->be->dereg_mr(mr);
+		if (kind != MRMGR__REGION_VIEW &&
+		    !mrmgr__cache_dereg(c, mr, "a new MR"))
 			c->st.deregistrations++;
-		}
 		mrmgr__err("out of memory for a region");
 		return ENOMEM;
 	}
@@ -1104,6 +1100,7 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 		region_release(c, r);
 	}
 	mrmgr__odp_fini(c);
+	mrmgr__cache_dereg_retry(c, 1);
 	pthread_mutex_unlock(&c->lock);
 	mrmgr__mon_cache_fini(c);
 	mrmgr__lookup_fini(c);

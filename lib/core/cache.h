@@ -71,7 +71,19 @@ struct mrmgr_cache {
 	struct mrmgr__share_cache *share; /* share.c: other PDs, exports;
 					   * NULL until needed */
 	struct mrmgr__mon_cache mon;     /* memory events (monitor.h) */
+	struct ibv_mr **deferred;        /* dereg.c: failed deregistrations */
+	size_t ndeferred, deferred_cap;
 };
+
+/*
+ * dereg.c, with the lock held (or before the cache is shared): deregister
+ * mr; when that fails, log it (what names the MR) and keep it to retry.
+ * Returns the device's answer. The retry runs at each release while any
+ * is kept, and at destroy (last_chance: what fails then is abandoned).
+ */
+int mrmgr__cache_dereg(struct mrmgr_cache *c, struct ibv_mr *mr,
+		       const char *what);
+void mrmgr__cache_dereg_retry(struct mrmgr_cache *c, int last_chance);
 
 /* A put found its region not live: release it if that was the last user. */
 void mrmgr__cache_put_slow(struct mrmgr_cache *c, struct mrmgr_region *r);

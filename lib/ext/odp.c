@@ -233,11 +233,8 @@ void mrmgr__odp_fini(struct mrmgr_cache *c)
 
 	if (!o->implicit_mr)
 		return;
-	ret = c->be->dereg_mr(o->implicit_mr);
-	if (ret)
-		mrmgr__err("deregistering the implicit ODP MR failed: %s; the "
-			   "MR is abandoned", strerror(ret));
-	else
+	ret = mrmgr__cache_dereg(c, o->implicit_mr, "the implicit ODP MR");
+	if (!ret)
 		c->st.deregistrations++;
 	o->implicit_mr = NULL;
 }
