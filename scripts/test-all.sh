@@ -74,7 +74,7 @@ test_monitor_hooks: libmrmgr_hooks.so interposes malloc/free ahead of libc; unde
 	export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 	rm -f tests/unit/*.log
 	# shellcheck disable=SC2086 # a word list on purpose
-	if ! make -s check TESTS="$asan_tests"; then
+	if ! make -s -j2 check TESTS="$asan_tests"; then
 		cat test-suite.log >&2 || true
 		exit 1
 	fi
