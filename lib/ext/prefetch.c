@@ -459,6 +459,13 @@ MRMGR_EXPORT int mrmgr_region_prefetch(mrmgr_region_t *r, void *addr,
 		return EINVAL;
 	}
 	c = r->cache;
+	/* Region memory outlives a release (region.h): a region put for the
+	 * last time (or one put too many) reads as FREE, with no MR. */
+	if (mrmgr__region_state(r) == MRMGR__REGION_FREE || !r->mr) {
+		mrmgr__err("mrmgr_region_prefetch: region %p is not held (put "
+			   "already?)", (void *)r);
+		return EINVAL;
+	}
 	ret = check_flags("mrmgr_region_prefetch", flags);
 	if (ret)
 		return ret;

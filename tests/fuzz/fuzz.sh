@@ -33,6 +33,11 @@ san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-poin
 cflags="-std=gnu11 -g -O1 $san -Wall -Wno-unused-parameter ${FUZZ_CPPFLAGS:-}"
 
 # ---------------------------------------------------------------- build
+# A header newer than the last archive: every object again.
+if [ -f "$obj/libmrmgr_fuzz.a" ] &&
+	[ -n "$(find "$FUZZ_SRCDIR" -name '*.h' -newer "$obj/libmrmgr_fuzz.a" 2>/dev/null | head -n 1)" ]; then
+	rm -f "$obj"/*.o
+fi
 objs=""
 list=""
 for f in $FUZZ_LIB_SOURCES; do

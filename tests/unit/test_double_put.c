@@ -326,3 +326,22 @@ Test(double_put, no_false_alarm_in_the_checked_mode)
 {
 	no_false_alarm(MRMGR_CACHE_CHECK);
 }
+
+Test(double_put, prefetch_of_a_released_region_is_einval)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = {
+		.comp_mask = MRMGR_CACHE_ATTR_ODP, .odp_mode = MRMGR_ODP_EXPLICIT,
+	};
+	mrmgr_region_t *r;
+	char *buf = map_rw(4 * PG, 1);
+
+	fx_open(&f, NULL, &a);
+	cr_assert_eq(mrmgr_get(f.cache, buf, PG, RW, &r), 0);
+	cr_assert_eq(mrmgr_invalidate(f.cache, buf, PG), 0);
+	mrmgr_put(r); /* released: no MR any more */
+	cr_assert_eq(mrmgr_region_prefetch(r, NULL, 0, 0), EINVAL);
+	cr_assert(strstr(logged.last, "not held"), "%s", logged.last);
+	fx_close(&f);
+	munmap(buf, 4 * PG);
+}
