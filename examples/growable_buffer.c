@@ -53,7 +53,7 @@ int main(void)
 	mrmgr_buf_t *log;
 	struct peer_view peer;
 	struct mrmgr_stats st;
-	char record[RECORD];
+	char record[RECORD] = { 0 }; /* sent whole: no uninitialised bytes */
 	size_t used = 0;
 
 	if (check(mrmgr_sim_open(&sa, &ctx), "open the simulated HCA") ||

@@ -10,7 +10,7 @@
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config
       libibverbs-dev ibverbs-providers librdmacm-dev libcriterion-dev
-      doxygen valgrind
+      doxygen valgrind clang
       qemu-system-x86 busybox-static cpio kmod xz-utils iproute2
       abigail-tools libucx-dev gnuplot-nox
       clang libclang-rt-14-dev

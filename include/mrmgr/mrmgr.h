@@ -152,6 +152,17 @@ enum mrmgr_cache_flags {
 	 * rereg (rxe, siw).
 	 */
 	MRMGR_CACHE_NO_REREG = 1u << 3,
+	/**
+	 * Check every mrmgr_put(): a put of a region nobody holds (a double
+	 * put, a put after the region was released) is refused with an
+	 * error log line naming the region and counted in
+	 * mrmgr_stats::double_puts, instead of being noticed later. Each put
+	 * takes the cache lock. Also set by @c MRMGR_CHECK=1. Without it,
+	 * extra puts are still detected (and undone) the first time the
+	 * cache adds a region's references up: eviction, invalidation,
+	 * statistics, destroy.
+	 */
+	MRMGR_CACHE_CHECK = 1u << 4,
 };
 
 /**
@@ -987,6 +998,9 @@ struct mrmgr_stats {
 	/** aliases now live (mrmgr_region_alias()); not counted in
 	 *  @c regions or @c pinned_bytes */
 	uint64_t share_aliases;
+	/** puts of regions nobody held (double puts), detected and
+	 *  ignored; see ::MRMGR_CACHE_CHECK */
+	uint64_t double_puts;
 };
 
 /**

@@ -183,17 +183,14 @@ static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 	}
 	mrmgr__region_clear_keys(r);
 	mrmgr__mon_unwatch(c, r); /* a no-op unless grow.c held it out */
+	if (mrmgr__unlikely(c->ndeferred))
+		mrmgr__cache_dereg_retry(c, 0);
 	if (r->share) /* its MRs in other PDs, its share-set membership */
 		mrmgr__share_region_release(c, r);
 	/* A view borrows the implicit MR, which lives as long as the cache. */
-	ret = r->kind == MRMGR__REGION_VIEW ? 0 : mrmgr__dev_dereg_mr(c->ops, r->mr);
-
-	if (ret)
-		mrmgr__err("deregistering [%#llx, +%llu) failed: %s; the MR is "
-			   "abandoned",
-			   (unsigned long long)mrmgr__region_start(r),
-			   (unsigned long long)len, strerror(ret));
-	else if (r->kind != MRMGR__REGION_VIEW)
+	ret = r->kind == MRMGR__REGION_VIEW ? 0
+	      : mrmgr__cache_dereg(c, r->mr, "a region's MR");
+	if (!ret && r->kind != MRMGR__REGION_VIEW)
 		c->st.deregistrations++;
 	mrmgr__dbg("dereg [%#llx, +%llu)",
 		   (unsigned long long)mrmgr__region_start(r),
@@ -235,7 +232,7 @@ static int region_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
 	mrmgr__region_mark_gone(r, MRMGR_REGION_GONE_REPLACED);
 	mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
 	tree_remove(c, r);
-	if (mrmgr__region_refs(r, c->nstripes) != 0)
+	if (mrmgr__region_refs_checked(c, r, "detaching it") != 0)
 		return 0;
 	region_release(c, r);
 	return 1;
@@ -259,7 +256,7 @@ static void region_publish(struct mrmgr_cache *c, struct mrmgr_region *r)
 static int region_try_evict(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	mrmgr__region_set_state(r, MRMGR__REGION_EVICTING);
-	if (mrmgr__region_refs(r, c->nstripes) != 0) {
+	if (mrmgr__region_refs_checked(c, r, "evicting it") != 0) {
 		mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 		return 0;
 	}
@@ -667,17 +664,14 @@ static uint64_t reap_dereg(struct mrmgr_cache *c, struct mrmgr_region *list)
 {
 	uint64_t n = 0;
 
+	/* The retired regions are this thread's alone until they are
+	 * recycled: an MR deregistered here is forgotten here, a failed one
+	 * stays for reap_recycle() to keep and retry (dereg.c). */
 	for (struct mrmgr_region *r = list; r; r = r->free_next) {
-		int ret = mrmgr__dev_dereg_mr(c->ops, r->mr);
-
-		if (ret)
-			mrmgr__err("deregistering [%#llx, +%llu) failed: %s; "
-				   "the MR is abandoned",
-				   (unsigned long long)mrmgr__region_start(r),
-				   (unsigned long long)mrmgr__region_len(r),
-				   strerror(ret));
-		else
+		if (!mrmgr__dev_dereg_mr(c->ops, r->mr)) {
+			r->mr = NULL;
 			n++;
+		}
 	}
 	return n;
 }
@@ -691,6 +685,9 @@ static void reap_recycle(struct mrmgr_cache *c, struct mrmgr_region *list,
 		struct mrmgr_region *r = list;
 
 		list = r->free_next;
+		/* Its deregistration failed: kept and retried, not abandoned. */
+		if (r->mr && !mrmgr__cache_dereg(c, r->mr, "an evicted region's MR"))
+			c->st.deregistrations++;
 		r->mr = NULL;
 		r->free_next = c->free_list;
 		c->free_list = r;
@@ -920,10 +917,9 @@ have_mr:
 			       kind == MRMGR__REGION_VIEW ? 0 : rl - rs + 1, -1);
 		if (cacheable)
 			mrmgr__mon_watch_abort(c, &watch);
-		if (kind != MRMGR__REGION_VIEW) {
-			mrmgr__dev_dereg_mr(c->ops, mr);
+		if (kind != MRMGR__REGION_VIEW &&
+		    !mrmgr__cache_dereg(c, mr, "a new MR"))
 			c->st.deregistrations++;
-		}
 		mrmgr__err("out of memory for a region");
 		return ENOMEM;
 	}
@@ -1269,6 +1265,9 @@ MRMGR_EXPORT void mrmgr_put(mrmgr_region_t *region)
 
 	if (!region)
 		return;
+	if (mrmgr__unlikely(__atomic_load_n(&mrmgr__check_puts, __ATOMIC_RELAXED)) &&
+	    mrmgr__put_checked(region))
+		return;
 	if (mrmgr__unlikely(!words)) {
 		put_first(region);
 		return;
@@ -1287,10 +1286,14 @@ void mrmgr__cache_put_slow(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	pthread_mutex_lock(&c->lock);
 	/* Under the lock the state is stable; FREE or a recycled LIVE region
-	 * means someone else already released it. */
-	if (mrmgr__region_state(r) == MRMGR__REGION_DETACHED &&
-	    mrmgr__region_refs(r, c->nstripes) == 0)
-		region_release(c, r);
+	 * means someone else already released it (a put after that was
+	 * one too many: check.c). */
+	if (mrmgr__region_state(r) == MRMGR__REGION_DETACHED) {
+		if (mrmgr__region_refs_checked(c, r, "at its last put") == 0)
+			region_release(c, r);
+	} else if (mrmgr__region_state(r) == MRMGR__REGION_FREE) {
+		(void)mrmgr__region_refs_checked(c, r, "after its release");
+	}
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -1367,6 +1370,7 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 		return ret;
 	}
 	mrmgr__grow_init(c);
+	mrmgr__check_init(c);
 	mrmgr__info("cache on %s (%s backend): at most %llu regions, %llu "
 		    "bytes; merge %s, caching %s",
 		    caps.name, ops->name, (unsigned long long)cfg.max_regions,
@@ -1386,10 +1390,10 @@ uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c)
 	uint64_t n = c->nregions - c->st.share_pd_mrs - c->ncached;
 
 	for (struct mrmgr__lru_link *l = c->lru.next; l != &c->lru; l = l->next)
-		if (mrmgr__region_refs(lru_region(l), c->nstripes) != 0)
+		if (mrmgr__region_refs_checked(c, lru_region(l), "idle") != 0)
 			n++;
 	for (struct mrmgr__lru_link *l = c->held.next; l != &c->held; l = l->next)
-		if (mrmgr__region_refs(lru_region(l), c->nstripes) != 0)
+		if (mrmgr__region_refs_checked(c, lru_region(l), "idle") != 0)
 			n++;
 	return n;
 }
@@ -1432,6 +1436,7 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 		region_release(c, r);
 	}
 	mrmgr__odp_fini(c);
+	mrmgr__cache_dereg_retry(c, 1);
 	pthread_mutex_unlock(&c->lock);
 	mrmgr__mon_cache_fini(c);
 	mrmgr__lookup_fini(c);
@@ -1469,7 +1474,7 @@ int mrmgr__cache_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r)
 	 * released) before the lock is dropped.
 	 */
 	mrmgr__region_set_state(r, MRMGR__REGION_EVICTING);
-	if (mrmgr__region_refs(r, c->nstripes) != 0) {
+	if (mrmgr__region_refs_checked(c, r, "growing it") != 0) {
 		mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 		return 0;
 	}
@@ -1494,7 +1499,7 @@ void mrmgr__cache_publish(struct mrmgr_cache *c, struct mrmgr_region *r)
 		mrmgr__mon_unwatch(c, r);
 		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
 		c->st.uncached++;
-		if (mrmgr__region_refs(r, c->nstripes) == 0)
+		if (mrmgr__region_refs_checked(c, r, "uncaching it") == 0)
 			region_release(c, r);
 		return;
 	}
@@ -1525,7 +1530,7 @@ void mrmgr__cache_unref_locked(struct mrmgr_cache *c, struct mrmgr_region *r,
 {
 	mrmgr__ref_drop(r, slot);
 	if (mrmgr__region_state(r) == MRMGR__REGION_DETACHED &&
-	    mrmgr__region_refs(r, c->nstripes) == 0)
+	    mrmgr__region_refs_checked(c, r, "at its last put") == 0)
 		region_release(c, r);
 }
 

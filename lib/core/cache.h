@@ -97,10 +97,38 @@ struct mrmgr_cache {
 	struct mrmgr_region *reap;       /* evicted, deregistered once the
 					  * lock is released (cache.c) */
 	int reap_on;                     /* evictions go to reap */
+	struct ibv_mr **deferred;        /* dereg.c: failed deregistrations */
+	size_t ndeferred, deferred_cap;
 };
+
+/*
+ * dereg.c, with the lock held (or before the cache is shared): deregister
+ * mr; when that fails, log it (what names the MR) and keep it to retry.
+ * Returns the device's answer. The retry runs at each release while any
+ * is kept, and at destroy (last_chance: what fails then is abandoned).
+ */
+int mrmgr__cache_dereg(struct mrmgr_cache *c, struct ibv_mr *mr,
+		       const char *what);
+void mrmgr__cache_dereg_retry(struct mrmgr_cache *c, int last_chance);
 
 /* A put found its region not live: release it if that was the last user. */
 void mrmgr__cache_put_slow(struct mrmgr_cache *c, struct mrmgr_region *r);
+
+/*
+ * check.c: puts that were never got. mrmgr__region_refs() for a region
+ * the caller may release, with the lock held: a sum below zero (more
+ * puts than gets) is reported, counted and undone, and 0 returned. where
+ * says what the cache was doing, for the log line.
+ */
+int64_t mrmgr__region_refs_checked(struct mrmgr_cache *c,
+				   struct mrmgr_region *r, const char *where);
+/* MRMGR_CHECK / MRMGR_CACHE_CHECK, at creation. */
+void mrmgr__check_init(struct mrmgr_cache *c);
+/* Nonzero once a cache checks its puts: mrmgr_put() asks check.c. */
+extern int mrmgr__check_puts;
+/* The put of a checked cache, under its lock; 0 when r's cache does not
+ * check (the caller does the ordinary put). */
+int mrmgr__put_checked(struct mrmgr_region *r);
 
 /* Regions callers hold now; O(n), call with the lock held. */
 uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c);

@@ -143,7 +143,7 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 	for (int i = 0; i < RECHECK && c->held.next != &c->held; i++) {
 		struct mrmgr_region *r = region_of(c->held.next);
 
-		move_to_back(mrmgr__region_refs(r, c->nstripes) ? &c->held
+		move_to_back(mrmgr__region_refs_checked(c, r, "evicting") ? &c->held
 								: &c->lru,
 			     r);
 	}
@@ -176,7 +176,10 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 				break; /* the oldest only made, not hit */
 		}
 		l = l->next;
-		if (mrmgr__region_look(r, c->nstripes, &used)) {
+		/* A sum below zero (a double put) is reported and undone by
+		 * the checked sum: then the region is idle after all. */
+		if (mrmgr__region_look(r, c->nstripes, &used) &&
+		    mrmgr__region_refs_checked(c, r, "evicting")) {
 			/* Paid for by the get that took it: no budget. */
 			move_to_back(&c->held, r);
 			continue;
@@ -205,7 +208,7 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 			struct mrmgr_region *r = region_of(l);
 
 			l = l->next;
-			if (mrmgr__region_refs(r, c->nstripes))
+			if (mrmgr__region_refs_checked(c, r, "evicting"))
 				continue;
 			move_to_back(&c->lru, r);
 			if (consider(&p, r))

@@ -16,6 +16,7 @@ MRMGR_EXPORT int mrmgr_cache_query_stats(mrmgr_cache_t *c,
 					 struct mrmgr_stats *stats, size_t size)
 {
 	struct mrmgr_stats s;
+	uint64_t in_use;
 
 	if (!c || !stats || !size) {
 		mrmgr__err("mrmgr_cache_query_stats: %s",
@@ -23,9 +24,11 @@ MRMGR_EXPORT int mrmgr_cache_query_stats(mrmgr_cache_t *c,
 		return EINVAL;
 	}
 	pthread_mutex_lock(&c->lock);
+	/* First: adding the references up may find double puts (check.c). */
+	in_use = mrmgr__cache_regions_in_use(c);
 	s = c->st;
 	s.regions = c->nregions;
-	s.regions_in_use = mrmgr__cache_regions_in_use(c);
+	s.regions_in_use = in_use;
 	s.pinned_bytes = c->pinned_bytes;
 	s.max_regions = c->cfg.max_regions;
 	s.max_bytes = c->cfg.max_bytes;

@@ -146,9 +146,7 @@ static int probe(struct mrmgr_cache *c)
 		v = MRMGR__REREG_UNKNOWN;
 	}
 	/* The man page: dereg even after a failed rereg. */
-	if (mrmgr__dev_dereg_mr(c->ops, mr))
-		mrmgr__err("%s: deregistering the probe MR failed; abandoned",
-			   c->caps.name);
+	(void)mrmgr__cache_dereg(c, mr, "the rereg probe's MR");
 	munmap(p, page);
 	mrmgr__info("%s: ibv_rereg_mr %s", c->caps.name,
 		    v == MRMGR__REREG_YES ? "works" : "is not usable");

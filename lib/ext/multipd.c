@@ -87,13 +87,8 @@ void mrmgr__multi_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 		__atomic_store_n(&sh->pd_mrs[i], NULL, __ATOMIC_RELAXED);
 		if (mr == r->mr)
 			continue; /* cache.c deregisters its own */
-		ret = mrmgr__dev_dereg_mr(c->ops, mr);
-		if (ret)
-			mrmgr__err("deregistering [%#llx, +%llu) in PD %zu "
-				   "failed: %s; the MR is abandoned",
-				   (unsigned long long)mrmgr__region_start(r),
-				   (unsigned long long)len, i, strerror(ret));
-		else
+		ret = mrmgr__cache_dereg(c, mr, "a region's MR in another PD");
+		if (!ret)
 			c->st.deregistrations++;
 		c->nregions--;
 		c->pinned_bytes -= len;

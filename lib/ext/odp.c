@@ -235,11 +235,8 @@ void mrmgr__odp_fini(struct mrmgr_cache *c)
 
 	if (!o->implicit_mr)
 		return;
-	ret = mrmgr__dev_dereg_mr(c->ops, o->implicit_mr);
-	if (ret)
-		mrmgr__err("deregistering the implicit ODP MR failed: %s; the "
-			   "MR is abandoned", strerror(ret));
-	else
+	ret = mrmgr__cache_dereg(c, o->implicit_mr, "the implicit ODP MR");
+	if (!ret)
 		c->st.deregistrations++;
 	o->implicit_mr = NULL;
 }

@@ -111,6 +111,18 @@ int mrmgr__odp_check_mapping(uint64_t start, uint64_t last, int write,
 int mrmgr__odp_check_mapping_text(uint64_t start, uint64_t last, int write,
 				  uint64_t *bad, const char **why);
 
+/*
+ * odp_maps.c: the first readable (and writable, when write is set)
+ * mapped piece of [from, last], as [*s, *e] (the part of the first such
+ * VMA at or after from): 0, ENOENT when there is none, or another errno
+ * when it cannot tell. Allocates nothing. The text form is the fallback,
+ * exposed for tests.
+ */
+int mrmgr__odp_next_readable(uint64_t from, uint64_t last, int write,
+			     uint64_t *s, uint64_t *e);
+int mrmgr__odp_next_readable_text(uint64_t from, uint64_t last, int write,
+				  uint64_t *s, uint64_t *e);
+
 /* Fill the ODP part of the statistics. */
 void mrmgr__odp_stats(struct mrmgr_cache *c, struct mrmgr_stats *s);
 

@@ -3,12 +3,18 @@
  * automatic hint after a get, all through ibv_advise_mr().
  *
  * The rules, in the order a call meets them:
- *   - arguments are checked first; nothing is sent for bad input;
+ *   - arguments are checked first; nothing is sent for bad input (a
+ *     range past any user address space included);
  *   - only ODP memory is advised: the SGEs come from the cache's ODP
  *     regions (or the implicit MR); pinned memory is resident already, so
  *     a request that finds none is a successful, counted no-op;
  *   - the regions an SGE names are referenced while the call runs, so a
  *     concurrent invalidation cannot deregister an MR under the device;
+ *   - the implicit MR covers everything, so an implicit-mode request is
+ *     bounded here: each range is clipped to the mappings in it the
+ *     advice can fault in (readable; writable for PREFETCH_WRITE), and the request to the
+ *     device's max_mr_size bytes and MRMGR__PREFETCH_MAX_SGES SGEs; the
+ *     rest of a hint that large is dropped with a debug line;
  *   - SGEs go in batches of at most the device's max_sge; EAGAIN is
  *     retried a few times with a short, growing pause;
  *   - EOPNOTSUPP / ENOTSUP / ENOSYS mean the device does not do this
@@ -28,6 +34,7 @@
 
 #include "cache.h"
 #include "log.h"
+#include "odp.h"
 #include "prefetch.h"
 
 #define EAGAIN_RETRIES 4
@@ -216,6 +223,11 @@ static int check_range(const char *fn, const void *addr, size_t length)
 		mrmgr__err("%s: bad range %p + %zu", fn, addr, length);
 		return EINVAL;
 	}
+	if ((uint64_t)a + (length - 1) > MRMGR__PREFETCH_VA_LAST) {
+		mrmgr__err("%s: range %p + %zu ends past any user address "
+			   "space", fn, addr, length);
+		return EINVAL;
+	}
 	return 0;
 }
 
@@ -233,6 +245,81 @@ static enum ibv_advise_mr_advice choose(unsigned int flags, int writable)
 static uint32_t advise_flags(unsigned int flags)
 {
 	return flags & MRMGR_PREFETCH_SYNC ? IBV_ADVISE_MR_FLAG_FLUSH : 0;
+}
+
+/* ------------------------------------------------------------ implicit */
+
+/* What is left of an implicit-mode request's bounds. */
+struct budget {
+	uint64_t bytes;
+	int clipped;
+	int write; /* PREFETCH_WRITE: writable mappings only */
+};
+
+/*
+ * SGEs for the readable mappings in [s, last], within the budget.
+ * ENOMEM only; what cannot be told about the mappings is sent as asked
+ * (the device skips what it cannot fault in).
+ */
+static int push_mapped(struct mrmgr__sge_list *l, uint64_t s, uint64_t last,
+		       uint32_t lkey, struct budget *b)
+{
+	uint64_t next = s;
+
+	for (;;) {
+		uint64_t a, e, len, room;
+		int ret = mrmgr__odp_next_readable(next, last, b->write, &a, &e);
+
+		if (ret == ENOENT)
+			return 0;
+		if (ret) {
+			a = next;
+			e = last;
+		}
+		len = e - a + 1; /* e - a < 2^56: no wrap */
+		room = (uint64_t)(MRMGR__PREFETCH_MAX_SGES - l->n) *
+		       MRMGR__SGE_MAX_LEN;
+		if (len > b->bytes || len > room) {
+			len = b->bytes < room ? b->bytes : room;
+			b->clipped = 1;
+		}
+		if (len && (ret = mrmgr__sge_push(l, a, len, lkey)) != 0)
+			return ret;
+		b->bytes -= len;
+		if (b->clipped || e >= last)
+			return 0;
+		next = e + 1;
+	}
+}
+
+static int collect_implicit(struct mrmgr_cache *c,
+			    const struct mrmgr_range *ranges, size_t n,
+			    enum ibv_advise_mr_advice advice,
+			    struct mrmgr__sge_list *l)
+{
+	/* The implicit MR covers every range and lives as long as the
+	 * cache: nothing to look up, nothing to hold. */
+	uint32_t lkey = c->odp.implicit_mr->lkey;
+	struct budget b = {
+		c->caps.max_mr_size ? c->caps.max_mr_size : UINT64_C(1) << 40,
+		0, advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE
+	};
+	int ret = 0;
+	size_t i;
+
+	for (i = 0; i < n && !ret && !b.clipped; i++) {
+		uint64_t s = (uintptr_t)ranges[i].addr;
+
+		ret = push_mapped(l, s, s + (ranges[i].length - 1), lkey, &b);
+	}
+	if (b.clipped)
+		mrmgr__dbg("mrmgr_prefetch: a hint past %s's limits (%llu "
+			   "bytes, %u SGEs) is cut after range %zu of %zu",
+			   c->caps.name,
+			   (unsigned long long)(c->caps.max_mr_size ?
+				c->caps.max_mr_size : UINT64_C(1) << 40),
+			   MRMGR__PREFETCH_MAX_SGES, i, n);
+	return ret;
 }
 
 /* ------------------------------------------------------------ explicit */
@@ -337,14 +424,8 @@ MRMGR_EXPORT int mrmgr_prefetch(mrmgr_cache_t *c,
 	count(&c->odp.pst.calls, 1);
 	mrmgr__sge_init(&l);
 	if (c->odp.mode == MRMGR_ODP_IMPLICIT) {
-		/* The implicit MR covers every range and lives as long as
-		 * the cache: nothing to look up, nothing to hold. */
-		uint32_t lkey = c->odp.implicit_mr->lkey;
-
-		for (size_t i = 0; i < n && !ret; i++)
-			ret = mrmgr__sge_push(&l, (uintptr_t)ranges[i].addr,
-					      ranges[i].length, lkey);
 		writable = !!(c->odp.implicit_access & IBV_ACCESS_LOCAL_WRITE);
+		ret = collect_implicit(c, ranges, n, choose(flags, writable), &l);
 	} else if (c->odp.mode == MRMGR_ODP_EXPLICIT) {
 		ret = collect_explicit(c, ranges, n, &l, &h, &writable);
 	}
@@ -371,6 +452,13 @@ MRMGR_EXPORT int mrmgr_region_prefetch(mrmgr_region_t *r, void *addr,
 		return EINVAL;
 	}
 	c = r->cache;
+	/* Region memory outlives a release (region.h): a region put for the
+	 * last time (or one put too many) reads as FREE, with no MR. */
+	if (mrmgr__region_state(r) == MRMGR__REGION_FREE || !r->mr) {
+		mrmgr__err("mrmgr_region_prefetch: region %p is not held (put "
+			   "already?)", (void *)r);
+		return EINVAL;
+	}
 	ret = check_flags("mrmgr_region_prefetch", flags);
 	if (ret)
 		return ret;

@@ -16,6 +16,15 @@
  */
 #define MRMGR__SGE_MAX_LEN (UINT64_C(1) << 30)
 
+/*
+ * Bounds of one implicit-mode request (the implicit MR covers the whole
+ * address space, so nothing else bounds it): SGEs in its list (16 KiB at
+ * most), and the highest user address of any Linux (57-bit virtual
+ * addresses): a range past it is EINVAL.
+ */
+#define MRMGR__PREFETCH_MAX_SGES 1024u
+#define MRMGR__PREFETCH_VA_LAST ((UINT64_C(1) << 56) - 1)
+
 /* A growable SGE list; the first few live inside it, no allocation. */
 struct mrmgr__sge_list {
 	struct ibv_sge *v;

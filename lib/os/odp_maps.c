@@ -183,3 +183,117 @@ int mrmgr__odp_check_mapping(uint64_t start, uint64_t last, int write,
 	}
 	return check_by_text(start, last, write, bad, why);
 }
+
+/* ------------------------------------------------ readable pieces */
+
+#define PROCMAP_QUERY_VMA_READABLE 0x01
+#define PROCMAP_QUERY_VMA_WRITABLE 0x02
+#define PROCMAP_QUERY_COVERING_OR_NEXT_VMA 0x10
+
+static int next_by_query(uint64_t from, uint64_t last, int write, uint64_t *s,
+			 uint64_t *e)
+{
+	int fd = mrmgr__proc_file_fd(&maps);
+	struct mrmgr__procmap_query q;
+
+	if (fd < 0)
+		return errno ? errno : EIO;
+	memset(&q, 0, sizeof(q));
+	q.size = sizeof(q);
+	q.query_flags = PROCMAP_QUERY_VMA_READABLE |
+			PROCMAP_QUERY_COVERING_OR_NEXT_VMA |
+			(write ? PROCMAP_QUERY_VMA_WRITABLE : 0);
+	q.query_addr = from;
+	if (ioctl(fd, MRMGR__PROCMAP_QUERY, &q) != 0)
+		return errno == ENOENT ? ENOENT
+		       : errno == EINVAL ? ENOTTY : errno;
+	if (q.vma_start > last)
+		return ENOENT;
+	*s = q.vma_start > from ? q.vma_start : from;
+	*e = q.vma_end - 1 < last ? q.vma_end - 1 : last;
+	return 0;
+}
+
+/* One line: 1 when it holds the answer, -1 when past last, else 0. */
+static int next_line(const char *p, uint64_t from, uint64_t last, int write,
+		     uint64_t *s, uint64_t *e)
+{
+	char *end;
+	uint64_t lo = strtoull(p, &end, 16), hi;
+
+	if (*end != '-')
+		return 0;
+	hi = strtoull(end + 1, &end, 16);
+	if (*end != ' ' || hi <= from)
+		return 0;
+	if (lo > last)
+		return -1;
+	if (end[1] != 'r' || (write && end[2] != 'w'))
+		return 0;
+	*s = lo > from ? lo : from;
+	*e = hi - 1 < last ? hi - 1 : last;
+	return 1;
+}
+
+static int next_by_text(uint64_t from, uint64_t last, int write, uint64_t *s,
+			uint64_t *e)
+{
+	char buf[4096];
+	size_t have = 0;
+	int skipping = 0, res = 0;
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return errno ? errno : EIO;
+	while (!res) {
+		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+		char *p = buf, *end, *nl;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			int ret = n < 0 ? (errno ? errno : EIO) : ENOENT;
+
+			close(fd);
+			return ret;
+		}
+		have += (size_t)n;
+		end = buf + have;
+		while (!res && (nl = memchr(p, '\n', (size_t)(end - p)))) {
+			*nl = '\0';
+			if (!skipping)
+				res = next_line(p, from, last, write, s, e);
+			skipping = 0;
+			p = nl + 1;
+		}
+		have = (size_t)(end - p);
+		memmove(buf, p, have);
+		if (!res && have == sizeof(buf) - 1) {
+			buf[have] = '\0';
+			res = next_line(buf, from, last, write, s, e);
+			skipping = 1;
+			have = 0;
+		}
+	}
+	close(fd);
+	return res > 0 ? 0 : ENOENT;
+}
+
+int mrmgr__odp_next_readable_text(uint64_t from, uint64_t last, int write,
+				  uint64_t *s, uint64_t *e)
+{
+	return next_by_text(from, last, write, s, e);
+}
+
+int mrmgr__odp_next_readable(uint64_t from, uint64_t last, int write,
+			     uint64_t *s, uint64_t *e)
+{
+	if (!__atomic_load_n(&query_unavailable, __ATOMIC_RELAXED)) {
+		int ret = next_by_query(from, last, write, s, e);
+
+		if (ret != ENOTTY)
+			return ret;
+		__atomic_store_n(&query_unavailable, 1, __ATOMIC_RELAXED);
+	}
+	return next_by_text(from, last, write, s, e);
+}

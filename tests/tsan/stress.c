@@ -263,5 +263,11 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.invalidations,
 	       S.identity ? "checked" : "not available (not root)",
 	       S.failures);
+	if (!st.hits) {
+		/* Nothing cached: the hit path was not stressed at all. */
+		fprintf(stderr, "stress: no hits (was any memory-event source "
+			"running?)\n");
+		return 1;
+	}
 	return S.failures ? 1 : 0;
 }

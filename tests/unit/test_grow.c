@@ -425,8 +425,14 @@ Test(grow, access_upgrade_of_an_idle_region_keeps_keys)
 	cr_assert_eq(cstats(f.cache).rereg_successes, 1);
 	cr_assert_eq(cstats(f.cache).grows, 0);
 
-	/* Read-only to writable: the pages are pinned again for stores. */
-	char *ro = map_rw(16 * KiB, 0);
+	/* Read-only to writable: the pages are pinned again for stores.
+	 * Between guard pages: where mmap puts it (under ASan, next to buf)
+	 * must not make it merge with buf's region. */
+	char *ro_area = mmap(NULL, 32 * KiB, PROT_NONE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(ro_area, MAP_FAILED);
+	char *ro = ro_area + 8 * KiB;
+	cr_assert_eq(mprotect(ro, 16 * KiB, PROT_READ | PROT_WRITE), 0);
 	cr_assert_eq(mrmgr_get(f.cache, ro, 16 * KiB, IBV_ACCESS_REMOTE_READ, &r1), 0);
 	mrmgr_put(r1);
 	cr_assert_eq(mrmgr_get(f.cache, ro, 16 * KiB, RW, &r3), 0);
@@ -437,7 +443,7 @@ Test(grow, access_upgrade_of_an_idle_region_keeps_keys)
 	cr_assert_eq(sstats(f.ctx).stale_accesses, 0);
 	fx_close(&f);
 	munmap(buf, 64 * KiB);
-	munmap(ro, 16 * KiB);
+	munmap(ro_area, 32 * KiB);
 }
 
 Test(grow, access_upgrade_of_a_held_region_makes_before_breaking)

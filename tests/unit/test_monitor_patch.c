@@ -490,28 +490,36 @@ static void *churn(void *arg)
 			failed(4);
 			q = p;
 		}
+		/* (No munmap of the hole left behind: the other thread may
+		 * have mapped its own memory there by then.) */
 		if (munmap(q, q == p ? 4 * PG : 8 * PG))
 			failed(5);
-		else if (munmap(q, PG) /* a hole: 0 */)
-			failed(6);
 		free(malloc(id ? 200 * KiB : 64));
 		loops[id]++;
 	}
 	return NULL;
 }
 
+/*
+ * The install runs while two threads call every patched function, then
+ * the patches are taken out and put back MRMGR_TEST_PATCH_TOGGLES times
+ * (default 2000) under the same load: far more live-code rewrites than a
+ * process ever sees (one install).
+ */
 Test(threads, patching_while_other_threads_unmap, .timeout = 120)
 {
 	struct fixture f;
 	pthread_t t[2];
 	long before[2];
+	const char *env = getenv("MRMGR_TEST_PATCH_TOGGLES");
+	int toggles = env ? atoi(env) : 2000;
 
 	cr_assert_eq(mallopt(M_MMAP_THRESHOLD, 128 * 1024), 1);
 	for (long i = 0; i < 2; i++)
 		cr_assert_eq(pthread_create(&t[i], NULL, churn, (void *)i), 0);
 	usleep(10000);
 	open_patch(&f); /* the install itself, under load */
-	for (int k = 0; k < 2000; k++) {
+	for (int k = 0; k < toggles; k++) {
 		cr_assert_eq(mrmgr__patch_test_toggle(), 0);
 		if (k % 100 == 0)
 			sched_yield();
@@ -523,8 +531,8 @@ Test(threads, patching_while_other_threads_unmap, .timeout = 120)
 	for (int i = 0; i < 2; i++)
 		pthread_join(t[i], NULL);
 	cr_assert_eq(failures, 0, "%ld calls failed; the first: step %d (1 mmap, "
-		     "2 madvise, 3 madvise did not discard, 4 mremap, 5 munmap, "
-		     "6 munmap of a hole), errno %d", failures, fail_what,
+		     "2 madvise, 3 madvise did not discard, 4 mremap, 5 munmap), "
+		     "errno %d", failures, fail_what,
 		     fail_errno);
 	cr_assert_gt(loops[0], before[0]);
 	cr_assert_gt(loops[1], before[1]);

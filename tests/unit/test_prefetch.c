@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "odp.h"
 #include "prefetch.h"
 
 #define PG ((size_t)4096)
@@ -661,4 +662,156 @@ Test(prefetch, regions_are_held_while_a_prefetch_runs)
 	cr_assert_eq(cstats(f.cache).regions_in_use, 0);
 	fx_close(&f);
 	munmap(x.buf, 64 * PG);
+}
+
+/* ------------------------------------------------------------ bounds */
+
+/*
+ * The implicit MR covers the whole address space: an implicit-mode
+ * request is clipped to the readable mappings in it and to the device's
+ * limits, and a range past any address space is refused.
+ */
+Test(prefetch, implicit_ranges_are_clipped_to_readable_mappings)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = odp_attr(MRMGR_ODP_IMPLICIT, 0);
+	const size_t span = 64 * MiB;
+	char *res = mmap(NULL, span, PROT_NONE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	cr_assert_neq(res, MAP_FAILED);
+	cr_assert_eq(mprotect(res + 16 * MiB, MiB, PROT_READ | PROT_WRITE), 0);
+	cr_assert_eq(mprotect(res + 40 * MiB, 2 * PG, PROT_READ), 0);
+	fx_open(&f, NULL, &a);
+	struct mrmgr_range rg = { res, span };
+	/* PREFETCH_WRITE: the writable piece only. */
+	cr_assert_eq(mrmgr_prefetch(f.cache, &rg, 1, MRMGR_PREFETCH_SYNC), 0);
+	struct mrmgr_stats s = cstats(f.cache);
+	cr_assert_eq(s.prefetch_sges, 1);
+	cr_assert_eq(sstats(f.ctx).odp_prefetched_pages, MiB / PG,
+		     "only mapped pages (%llu)",
+		     (unsigned long long)sstats(f.ctx).odp_prefetched_pages);
+	/* PREFETCH: one SGE per readable piece. */
+	cr_assert_eq(mrmgr_prefetch(f.cache, &rg, 1,
+				    MRMGR_PREFETCH_SYNC | MRMGR_PREFETCH_READ), 0);
+	s = cstats(f.cache);
+	cr_assert_eq(s.prefetch_sges, 3);
+	cr_assert_eq(sstats(f.ctx).odp_prefetched_pages, MiB / PG + 2);
+	/* Nothing readable in the range: a counted no-op. */
+	struct mrmgr_range none = { res, MiB };
+	cr_assert_eq(mrmgr_prefetch(f.cache, &none, 1, 0), 0);
+	cr_assert_eq(cstats(f.cache).prefetch_noops, 1);
+	cr_assert_eq(cstats(f.cache).prefetch_sges, 3);
+	fx_close(&f);
+	munmap(res, span);
+}
+
+Test(prefetch, a_huge_implicit_range_costs_a_bounded_list)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = odp_attr(MRMGR_ODP_IMPLICIT, 0);
+	char *buf = map_rw(MiB, 0);
+	/* 2^44 bytes from a small mapping: used to be 16,384 SGEs of a GiB
+	 * each, most of them over nothing, and 24 s on this device. */
+	struct mrmgr_range rg = { buf, (size_t)1 << 44 };
+
+	if ((uintptr_t)buf + ((size_t)1 << 44) - 1 > (UINT64_C(1) << 56) - 1)
+		cr_skip_test("address too high for a 2^44 range");
+	fx_open(&f, NULL, &a);
+	cr_assert_eq(mrmgr_prefetch(f.cache, &rg, 1, 0), 0);
+	struct mrmgr_stats s = cstats(f.cache);
+	cr_assert_leq(s.prefetch_sges, MRMGR__PREFETCH_MAX_SGES);
+	cr_assert_geq(s.prefetch_sges, 1);
+	/* The process has far fewer mappings than that: every SGE is one
+	 * readable piece (at most a GiB), none over a hole. */
+	cr_assert_leq(s.prefetch_sges, 4000);
+	cr_assert_leq(s.prefetch_batches, (s.prefetch_sges + 29) / 30);
+	fx_close(&f);
+	munmap(buf, MiB);
+}
+
+Test(prefetch, ranges_past_any_address_space_are_einval)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = odp_attr(MRMGR_ODP_IMPLICIT, 0);
+	char *buf = map_rw(MiB, 0);
+	struct mrmgr_range huge = { buf, (size_t)1 << 56 },
+			   top = { (void *)(uintptr_t)(UINT64_C(1) << 56), PG };
+
+	fx_open(&f, NULL, &a);
+	logged.errors = 0;
+	cr_assert_eq(mrmgr_prefetch(f.cache, &huge, 1, 0), EINVAL);
+	cr_assert_eq(mrmgr_prefetch(f.cache, &top, 1, 0), EINVAL);
+	cr_assert_eq(logged.errors, 2);
+	cr_assert(strstr(logged.last_error, "address space"), "%s",
+		  logged.last_error);
+	cr_assert_eq(sstats(f.ctx).advise_calls, 0);
+	cr_assert_eq(cstats(f.cache).prefetch_sges, 0);
+	fx_close(&f);
+	munmap(buf, MiB);
+}
+
+Test(prefetch, an_implicit_request_stops_at_the_device_max_mr_size)
+{
+	struct fixture f;
+	struct mrmgr_sim_attr sa = {
+		.comp_mask = MRMGR_SIM_ATTR_LIMITS,
+		.max_mr = 1 << 20,
+		.max_mr_size = 2 * MiB,
+	};
+	struct mrmgr_cache_attr a = odp_attr(MRMGR_ODP_IMPLICIT, 0);
+	struct mrmgr_odp_info i;
+	char *buf = map_rw(8 * MiB, 0);
+	struct mrmgr_range rg[2] = { { buf, 3 * MiB }, { buf + 4 * MiB, MiB } };
+
+	fx_open(&f, &sa, &a);
+	cr_assert_eq(mrmgr_cache_query_odp(f.cache, &i, sizeof(i)), 0);
+	if (i.mode != MRMGR_ODP_IMPLICIT)
+		cr_skip_test("no implicit ODP with a small max_mr_size");
+	cr_assert_eq(mrmgr_prefetch(f.cache, rg, 2, MRMGR_PREFETCH_SYNC), 0);
+	cr_assert_eq(cstats(f.cache).prefetch_sges, 1);
+	cr_assert_eq(sstats(f.ctx).odp_prefetched_pages, 2 * MiB / PG);
+	fx_close(&f);
+	munmap(buf, 8 * MiB);
+}
+
+Test(prefetch, readable_pieces_by_query_and_by_text_agree)
+{
+	const size_t span = 16 * MiB;
+	char *res = mmap(NULL, span, PROT_NONE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	uint64_t s1, e1, s2, e2, base = (uintptr_t)res;
+
+	cr_assert_neq(res, MAP_FAILED);
+	cr_assert_eq(mprotect(res + 4 * MiB, MiB, PROT_READ), 0);
+	cr_assert_eq(mprotect(res + 8 * MiB, 3 * PG, PROT_READ | PROT_WRITE), 0);
+	cr_assert_eq(mrmgr__odp_next_readable(base, base + span - 1, 0, &s1, &e1), 0);
+	cr_assert_eq(mrmgr__odp_next_readable_text(base, base + span - 1, 0, &s2,
+						   &e2), 0);
+	cr_assert_eq(s1, base + 4 * MiB);
+	cr_assert_eq(e1, base + 5 * MiB - 1);
+	cr_assert_eq(s1, s2);
+	cr_assert_eq(e1, e2);
+	/* From inside a piece; and clipped to last. */
+	cr_assert_eq(mrmgr__odp_next_readable(base + 8 * MiB + 10, base + 8 * MiB + PG, 0, &s1, &e1), 0);
+	cr_assert_eq(mrmgr__odp_next_readable_text(base + 8 * MiB + 10, base + 8 * MiB + PG, 0, &s2,
+						   &e2), 0);
+	cr_assert_eq(s1, base + 8 * MiB + 10);
+	cr_assert_eq(e1, base + 8 * MiB + PG);
+	cr_assert_eq(s2, s1);
+	cr_assert_eq(e2, e1);
+	/* Writable only. */
+	cr_assert_eq(mrmgr__odp_next_readable(base, base + span - 1, 1, &s1, &e1), 0);
+	cr_assert_eq(mrmgr__odp_next_readable_text(base, base + span - 1, 1,
+						   &s2, &e2), 0);
+	cr_assert_eq(s1, base + 8 * MiB);
+	cr_assert_eq(e1, base + 8 * MiB + 3 * PG - 1);
+	cr_assert_eq(s2, s1);
+	cr_assert_eq(e2, e1);
+	/* Nothing readable. */
+	cr_assert_eq(mrmgr__odp_next_readable(base, base + 4 * MiB - 1, 0, &s1, &e1),
+		     ENOENT);
+	cr_assert_eq(mrmgr__odp_next_readable_text(base, base + 4 * MiB - 1, 0,
+						   &s1, &e1), ENOENT);
+	munmap(res, span);
 }
