@@ -29,6 +29,11 @@ static struct {
 static void capture(enum mrmgr_log_level level, const char *msg, void *arg)
 {
 	(void)arg;
+	/* Which memory-event sources run depends on the process (a
+	 * sanitizer or valgrind turns libc patching off, with warnings of
+	 * its own), not on the configuration under test. */
+	if (!strncmp(msg, "monitor", 7))
+		return;
 	if (level == MRMGR_LOG_WARN)
 		logged.warns++;
 	snprintf(logged.last, sizeof(logged.last), "%s", msg);
