@@ -54,7 +54,7 @@ step "a default-mode program under valgrind and AddressSanitizer"
 # against the library just built.
 tools_cc() {
 	${CC:-cc} -I"$top/include" -Iinclude "$@" \
-		"$top/tests/unit/test_monitor_tools.c" -Llib/.libs -lmrmgr \
+		"$top/tests/unit/test_monitor_tools.c" -Llib/.libs -lmrmgr-sim -lmrmgr \
 		-lpthread -Wl,-rpath,"$PWD/lib/.libs"
 }
 tools_cc -o tests/monitor_tools
@@ -141,13 +141,10 @@ test_monitor_patch: the patch source steps aside under a sanitizer by design (AS
 		# shellcheck disable=SC2086
 		MRMGR_MONITOR=external "$vg" 300 ./examples/$ex || vg_failed=1
 	done
-	# The default mode too: it must exit under valgrind (it used to hang
-	# on the userfaultfd reader thread, issue 13 item 9); the patch
-	# source steps aside under valgrind with one warning.
-	for ex in "basic_cache" "demo --messages 200"; do
-		# shellcheck disable=SC2086
-		"$vg" 300 ./examples/$ex || vg_failed=1
-	done
+	# The default mode under valgrind is the "default-mode program" step
+	# above: it must finish (the patch source steps aside under valgrind
+	# with a warning, and then nothing is cached, so the examples' own
+	# hit checks would not hold there).
 	[ "$vg_failed" = 0 ] || { echo "valgrind: failures above" >&2; exit 1; }
 fi
 if [ "${MRMGR_SKIP_RXE:-0}" = 1 ]; then

@@ -13,6 +13,17 @@
 #include "compiler.h"
 #include "pool.h"
 
+/*
+ * LeakSanitizer scans the heap, stacks and globals, not anonymous
+ * mappings: memory only a mapped block points to (a region's share set,
+ * say) would be reported as leaked. The sanitizer runtime provides these
+ * when it is in the process; elsewhere they are NULL and cost nothing.
+ */
+void __lsan_register_root_region(const void *p, size_t size)
+	__attribute__((weak));
+void __lsan_unregister_root_region(const void *p, size_t size)
+	__attribute__((weak));
+
 /* From here on, a block is mapped on its own and may use huge pages. */
 #define BIG ((size_t)256 << 10)
 #define HUGE ((size_t)2 << 20)
@@ -52,6 +63,8 @@ void *mrmgr__pool_alloc(size_t size, int huge)
 #else
 	(void)huge;
 #endif
+	if (__lsan_register_root_region)
+		__lsan_register_root_region(p, size);
 	return p;
 }
 
@@ -59,8 +72,12 @@ void mrmgr__pool_free(void *p, size_t size)
 {
 	if (!p)
 		return;
-	if (size < BIG)
+	if (size < BIG) {
 		free(p);
-	else
-		munmap(p, round_up(size, HUGE));
+		return;
+	}
+	size = round_up(size, HUGE);
+	if (__lsan_unregister_root_region)
+		__lsan_unregister_root_region(p, size);
+	munmap(p, size);
 }

@@ -22,8 +22,8 @@
  *     ../tests/fuzz/fuzz_share_client.c lib/.libs/libmrmgr.a -libverbs \
  *     -lpthread -o fuzz_share_client
  * Run:
- *   ./fuzz_share_client -max_total_time=60 tests/fuzz/corpus/share_client
- *   ./fuzz_share_client -runs=0 tests/fuzz/corpus/share_client   (replay)
+ *   ./fuzz_share_client -max_total_time=60 tests/fuzz/corpus/fuzz_share_client
+ *   ./fuzz_share_client -runs=0 tests/fuzz/corpus/fuzz_share_client   (replay)
  *
  * A table entry left odd costs its reader the table's wait (50 ms): inputs
  * that do so run slower, by design. The owner pid in a forged header is

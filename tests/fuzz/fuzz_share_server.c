@@ -19,8 +19,8 @@
  *     ../tests/fuzz/fuzz_share_server.c lib/.libs/libmrmgr.a -libverbs \
  *     -lpthread -o fuzz_share_server
  * Run:
- *   ./fuzz_share_server -max_total_time=60 tests/fuzz/corpus/share_server
- *   ./fuzz_share_server -runs=0 tests/fuzz/corpus/share_server   (replay)
+ *   ./fuzz_share_server -max_total_time=60 tests/fuzz/corpus/fuzz_share_server
+ *   ./fuzz_share_server -runs=0 tests/fuzz/corpus/fuzz_share_server   (replay)
  *
  * FUZZ_SHARE_VERBOSE=1 in the environment prints the descriptors counted.
  *
