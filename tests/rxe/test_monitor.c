@@ -93,7 +93,8 @@ static struct mrmgr_monitor_info mon_info(mrmgr_cache_t *c)
 static void assert_watched(struct mon *m, const char *what)
 {
 	struct mrmgr_monitor_info i = mon_info(m->cache);
-	const uint32_t real = MRMGR_MONITOR_SRC_UFFD | MRMGR_MONITOR_SRC_HOOKS;
+	const uint32_t real = MRMGR_MONITOR_SRC_UFFD | MRMGR_MONITOR_SRC_HOOKS |
+			      MRMGR_MONITOR_SRC_PATCH;
 
 	cr_assert(i.sources & real,
 		  "no real memory-event source covers the cache (sources %#x, "
@@ -106,7 +107,8 @@ static void assert_watched(struct mon *m, const char *what)
 			      "with userfaultfd", what);
 	cr_log_info("%s: %s watched by %s%s (mode %u, %llu uffd range(s), "
 		    "VMA lookup by %s)", m->f.name, what,
-		    i.sources & MRMGR_MONITOR_SRC_UFFD ? "userfaultfd" : "",
+		    i.sources & MRMGR_MONITOR_SRC_UFFD ? "userfaultfd" :
+		    i.sources & MRMGR_MONITOR_SRC_PATCH ? "patched libc" : "",
 		    i.sources & MRMGR_MONITOR_SRC_HOOKS ? " hooks" : "", i.mode,
 		    (unsigned long long)i.watched_ranges,
 		    i.uffd_flags & MRMGR_MONITOR_UFFD_PROCMAP_QUERY ?
@@ -166,7 +168,12 @@ static void stale_without_invalidate(enum change ch, int hold)
 	char *buf, *moved = NULL;
 	mrmgr_region_t *r, *r2;
 
+	/* Raw syscall() changes reach only userfaultfd, which is opt-in:
+	 * the variable fills the mode the caches leave unset. */
+	if (ch == CH_MUNMAP_RAW)
+		setenv("MRMGR_MONITOR", "uffd", 1);
 	mon_open(&m, LEN);
+	unsetenv("MRMGR_MONITOR");
 	buf = rdma_map(LEN, 'A');
 	r = rxe_get(m.cache, buf, LEN, RXE_RW);
 	assert_watched(&m, "the buffer");
