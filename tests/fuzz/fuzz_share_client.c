@@ -71,18 +71,6 @@ static char *table;   /* the real table's bytes */
 static pid_t sleeper; /* a child: the only other pid a forged header names */
 static int null_fd;
 
-/*
- * LeakSanitizer off: the cache keeps regions in mmap()ed slabs, which it
- * does not scan, so every region's heap-allocated share state reads as
- * leaked (a false report on the first input that exports). Descriptor
- * and export leaks are checked here instead.
- */
-const char *__lsan_default_options(void);
-const char *__lsan_default_options(void)
-{
-	return "detect_leaks=0";
-}
-
 static void quiet(enum mrmgr_log_level level, const char *msg, void *arg)
 {
 	(void)level;

@@ -57,18 +57,6 @@ static mrmgr_share_server_t *srv;
 static char *buf;
 static int null_fd;
 
-/*
- * LeakSanitizer off: the cache keeps regions in mmap()ed slabs, which it
- * does not scan, so every region's heap-allocated share state reads as
- * leaked (a false report on the first input that exports). Descriptor
- * and export leaks are checked here instead.
- */
-const char *__lsan_default_options(void);
-const char *__lsan_default_options(void)
-{
-	return "detect_leaks=0";
-}
-
 static void quiet(enum mrmgr_log_level level, const char *msg, void *arg)
 {
 	(void)level;
