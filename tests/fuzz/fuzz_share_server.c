@@ -46,6 +46,8 @@
 
 #include "share_proto.h"
 
+#include "share_fuzz.h"
+
 #define BUF_LEN (64 * 1024)
 #define MAX_OPS 48
 #define MAX_IDS 8
@@ -56,48 +58,6 @@ static mrmgr_cache_t *cache;
 static mrmgr_share_server_t *srv;
 static char *buf;
 static int null_fd;
-
-static void quiet(enum mrmgr_log_level level, const char *msg, void *arg)
-{
-	(void)level;
-	(void)msg;
-	(void)arg;
-}
-
-/*
- * Descriptors of the kinds a peer can send or the sharing code opens
- * (sockets, memfds, /dev/null, which this target sends), counted in
- * /proc/self/fd. Others are left out: the sanitizers' symbolizer opens
- * pipes of its own at any time.
- */
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		abort();
-	while ((e = readdir(d))) {
-		char path[300], to[256] = "";
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-		if (readlink(path, to, sizeof(to) - 1) < 0)
-			continue;
-		if (strncmp(to, "socket:", 7) && strncmp(to, "/memfd:", 7) &&
-		    strcmp(to, "/dev/null"))
-			continue;
-		n++;
-		if (getenv("FUZZ_SHARE_VERBOSE"))
-			fprintf(stderr, " %s->%s", e->d_name, to);
-	}
-	if (getenv("FUZZ_SHARE_VERBOSE"))
-		fprintf(stderr, "\n");
-	closedir(d);
-	return n;
-}
 
 static void setup(void)
 {
