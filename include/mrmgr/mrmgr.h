@@ -595,6 +595,8 @@ struct mrmgr_monitor_info {
 	uint64_t window_uncached; /**< gets served uncached because a change to their range was under way while they registered */
 	uint64_t changes;         /**< process: changes reported on both sides (before and after the system call) */
 	uint64_t retries;         /**< process: sources tried again after a transient failure (EMFILE, ENOMEM, ...) */
+	uint32_t patch_chained;   /**< process: of patch_targets, the functions whose hook calls another patcher's (UCX's libucm, libfabric's memhooks, ...) that was there first or took over later; bit 7: sbrk, redirected only in that case */
+	uint32_t patch_overwrites; /**< process: times another library overwrote libc's entry points after libmrmgr patched them (each time every cache was invalidated and libmrmgr chained on top again, with one warning the first time) */
 };
 
 /**

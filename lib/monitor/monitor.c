@@ -335,6 +335,8 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
 	patch = mode_uses_patch(m.mode) && patch_active();
 	(void)mrmgr__patch_state(&perr);
 	m.patch_targets = mrmgr__patch_targets();
+	m.patch_chained = mrmgr__patch_chained();
+	m.patch_overwrites = mrmgr__patch_overwrites();
 	if (mrmgr__vma_uses_query())
 		m.uffd_flags |= MRMGR_MONITOR_UFFD_PROCMAP_QUERY;
 	mrmgr__watch_stats(&m.watched_ranges, &m.watched_runs, &m.watch_budget);

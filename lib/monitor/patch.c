@@ -34,12 +34,15 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <link.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
+#include <stdio.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -56,7 +59,20 @@ static struct {
 	int state; /* enum mrmgr__src_state */
 	int err;
 	uint32_t targets;
+	uint32_t chained;    /* targets whose hook calls another patcher */
+	uint32_t overwrites; /* times we found our jumps overwritten */
+	int flush_again;     /* push "everything changed" once more */
 	struct mrmgr__patch_site site[MRMGR__PT_COUNT];
+	/* Our first plan of a target over glibc's own prologue (valid when
+	 * .fn is set): put back as it was if another patcher restores
+	 * glibc's bytes over ours. */
+	struct mrmgr__patch_site direct[MRMGR__PT_COUNT];
+	unsigned char seen[MRMGR__PT_COUNT][16]; /* entry bytes as we left them */
+	uintptr_t entry[MRMGR__PT_COUNT];        /* each target's address */
+	unsigned int gen[MRMGR__PT_COUNT];       /* chaining generations used */
+	uintptr_t tramp;
+	uint64_t flush_at_ms;                    /* when flush_again is due */
+	int warned;
 } P;
 
 int mrmgr__patch_state(int *err)
@@ -69,6 +85,16 @@ int mrmgr__patch_state(int *err)
 uint32_t mrmgr__patch_targets(void)
 {
 	return __atomic_load_n(&P.targets, __ATOMIC_ACQUIRE);
+}
+
+uint32_t mrmgr__patch_chained(void)
+{
+	return __atomic_load_n(&P.chained, __ATOMIC_ACQUIRE);
+}
+
+uint32_t mrmgr__patch_overwrites(void)
+{
+	return __atomic_load_n(&P.overwrites, __ATOMIC_ACQUIRE);
 }
 
 #if MRMGR__PATCH_SUPPORTED
@@ -85,6 +111,7 @@ static const struct target {
 	[MRMGR__PT_BRK] = { "brk", { "__brk" }, SYS_brk },
 	[MRMGR__PT_SHMAT] = { "shmat", { 0 }, SYS_shmat },
 	[MRMGR__PT_SHMDT] = { "shmdt", { 0 }, SYS_shmdt },
+	[MRMGR__PT_SBRK] = { "sbrk", { "__sbrk" }, -1 },
 };
 
 /* ------------------------------------------------------------ libc */
@@ -289,8 +316,9 @@ static uintptr_t tramp_page(const struct image *im)
 			if (p == MAP_FAILED)
 				continue;
 			for (int t = 0; t < MRMGR__PT_COUNT && ok; t++)
-				ok = mrmgr__patch_arch_reaches(&P.site[t], (uintptr_t)p) &&
-				     mrmgr__patch_arch_reaches(&P.site[t], (uintptr_t)p + pg);
+				ok = !P.site[t].fn ||
+				     (mrmgr__patch_arch_reaches(&P.site[t], (uintptr_t)p) &&
+				      mrmgr__patch_arch_reaches(&P.site[t], (uintptr_t)p + pg));
 			if (ok)
 				return (uintptr_t)p;
 			munmap(p, pg);
@@ -299,31 +327,92 @@ static uintptr_t tramp_page(const struct image *im)
 	return 0;
 }
 
+/*
+ * Whether a lies in an executable mapping: another patcher's jump must
+ * lead to code (a destination read while that patcher was still writing
+ * its jump would not, most likely).
+ */
+static int executable(uintptr_t a)
+{
+	char buf[4096];
+	size_t have = 0;
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC), ok = 0;
+
+	if (fd < 0)
+		return 0;
+	for (;;) {
+		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+		char *line = buf, *nl;
+
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		buf[have] = 0;
+		while ((nl = memchr(line, '\n', (size_t)(buf + have - line)))) {
+			unsigned long lo, hi;
+			char perms[5];
+
+			*nl = 0;
+			if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 &&
+			    a >= lo && a < hi) {
+				ok = perms[2] == 'x';
+				goto out;
+			}
+			line = nl + 1;
+		}
+		have = (size_t)(buf + have - line);
+		memmove(buf, line, have);
+		if (have >= sizeof(buf) - 1)
+			have = 0; /* an absurdly long line: drop it */
+	}
+out:
+	close(fd);
+	return ok;
+}
+
+/* Recognise target t as its entry is now: 0 and *s, or why not. */
+static int plan_one(const struct image *im, int t, struct mrmgr__patch_site *s)
+{
+	size_t size = 0;
+	uintptr_t fn = sym_of(im, T[t].name, &size), lo, hi;
+
+	memset(s, 0, sizeof(*s));
+	if (!fn)
+		return ENOENT;
+	for (int a = 0; a < 3 && T[t].aliases[a]; a++) {
+		uintptr_t x = sym_of(im, T[t].aliases[a], NULL);
+
+		if (x && x != fn)
+			return ENOEXEC;
+	}
+	gaps(im, fn, size, &lo, &hi);
+	if ((mrmgr__patch_test_flags & MRMGR__PATCH_TEST_UNKNOWN_PROLOGUE) ||
+	    mrmgr__patch_arch_plan(fn, size, T[t].nr, lo, hi, s))
+		return ENOEXEC;
+	if (s->chain && ((mrmgr__patch_test_flags & MRMGR__PATCH_TEST_NO_CHAIN) ||
+			 !executable(s->chain)))
+		return ENOEXEC;
+	return 0;
+}
+
 /* Recognise every target; 0 or ENOEXEC with *why set. */
 static int plan(const struct image *im, const char **why)
 {
 	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
-		size_t size = 0;
-		uintptr_t fn = sym_of(im, T[t].name, &size), lo, hi;
+		int err = plan_one(im, t, &P.site[t]);
 
-		if (!fn) {
+		if (t == MRMGR__PT_SBRK) {
+			/* Ours only when another patcher redirected it. */
+			if (err || !P.site[t].chain)
+				memset(&P.site[t], 0, sizeof(P.site[t]));
+			continue;
+		}
+		if (err) {
 			*why = T[t].name;
-			return ENOENT;
+			return err;
 		}
-		for (int a = 0; a < 3 && T[t].aliases[a]; a++) {
-			uintptr_t x = sym_of(im, T[t].aliases[a], NULL);
-
-			if (x && x != fn) {
-				*why = T[t].aliases[a];
-				return ENOEXEC;
-			}
-		}
-		gaps(im, fn, size, &lo, &hi);
-		if ((mrmgr__patch_test_flags & MRMGR__PATCH_TEST_UNKNOWN_PROLOGUE) ||
-		    mrmgr__patch_arch_plan(fn, size, T[t].nr, lo, hi, &P.site[t])) {
-			*why = T[t].name;
-			return ENOEXEC;
-		}
+		if (!P.site[t].chain)
+			P.direct[t] = P.site[t];
 	}
 	return 0;
 }
@@ -363,6 +452,43 @@ static int sbrk_calls_brk(const struct image *im)
 	return 0;
 }
 
+/* Record that site t is (on) or is not ours now, as its bytes are. */
+static void mark(int t, int on)
+{
+	uint32_t bit = 1u << t;
+
+	if (on)
+		__atomic_fetch_or(&P.targets, bit, __ATOMIC_RELEASE);
+	else
+		__atomic_fetch_and(&P.targets, ~bit, __ATOMIC_RELEASE);
+	if (on && P.site[t].chain)
+		__atomic_fetch_or(&P.chained, bit, __ATOMIC_RELEASE);
+	else
+		__atomic_fetch_and(&P.chained, ~bit, __ATOMIC_RELEASE);
+	memcpy(P.seen[t], (const void *)P.site[t].fn, sizeof(P.seen[t]));
+}
+
+/* Point site t's jump at its hook: the direct one, or the chaining
+ * hooks of a generation not used before for t. */
+static int encode(int t)
+{
+	struct mrmgr__patch_site *s = &P.site[t];
+	size_t slot = mrmgr__patch_arch_tramp_size(), idx = (size_t)t;
+
+	if (s->chain) {
+		unsigned int g = P.gen[t];
+
+		if (g >= MRMGR__PATCH_GENS)
+			return ENOSPC;
+		P.gen[t]++;
+		__atomic_store_n(&mrmgr__patch_chain[g][t], s->chain,
+				 __ATOMIC_RELEASE);
+		idx = MRMGR__PT_COUNT * (1 + (size_t)g) + (size_t)t;
+	}
+	mrmgr__patch_arch_encode(s, P.tramp + idx * slot);
+	return 0;
+}
+
 /* Write site t's jump (or the original bytes back when undo). */
 static int apply(int t, int undo)
 {
@@ -387,7 +513,7 @@ static int apply(int t, int undo)
 		   : mrmgr__patch_arch_swap(s, s->old, s->new);
 	mrmgr__patch_arch_flush(s->win, s->win_len);
 	if (!err)
-		__atomic_fetch_xor(&P.targets, 1u << t, __ATOMIC_RELEASE);
+		mark(t, !undo);
 	(void)text_rw(lo, hi - lo, 0);
 	sync_cores();
 	return err;
@@ -399,6 +525,9 @@ static void undo_all(void)
 		if (P.targets & (1u << t))
 			(void)apply(t, 1);
 }
+
+/* Trampoline slots: the direct hooks, then each chaining generation. */
+#define TRAMP_SLOTS (MRMGR__PT_COUNT * (1 + MRMGR__PATCH_GENS))
 
 /*
  * Each patched call is delivered: call every entry point through libc's
@@ -418,8 +547,9 @@ static int selftest(const struct image *im)
 	int (*p_brk)(void *) = (int (*)(void *))P.site[MRMGR__PT_BRK].fn;
 	void *(*p_shmat)(int, const void *, int) = (void *(*)(int, const void *, int))P.site[MRMGR__PT_SHMAT].fn;
 	int (*p_shmdt)(const void *) = (int (*)(const void *))P.site[MRMGR__PT_SHMDT].fn;
+	void *(*p_sbrk)(intptr_t) = (void *(*)(intptr_t))P.site[MRMGR__PT_SBRK].fn;
 	void *bad = (void *)(uintptr_t)1;
-	unsigned int seen, all = (1u << MRMGR__PT_COUNT) - 1;
+	unsigned int seen, all = P.targets;
 	size_t pg = (size_t)page_size();
 	int ok = 1, saved = errno;
 	uint64_t from;
@@ -442,10 +572,14 @@ static int selftest(const struct image *im)
 	ok &= p_shmat(-1, NULL, 0) == (void *)-1 && errno == EINVAL;
 	errno = 0;
 	ok &= p_shmdt(bad) == -1 && errno == EINVAL;
+	if (p_sbrk) {
+		errno = 0;
+		ok &= p_sbrk(MRMGR__PATCH_SBRK_PROBE) == (void *)-1 && errno == ENOMEM;
+	}
 	seen = __atomic_load_n(&mrmgr__patch_probe_seen, __ATOMIC_SEQ_CST);
 	if (mrmgr__patch_test_flags & MRMGR__PATCH_TEST_SELFTEST_FAILS)
 		seen = 0;
-	ok &= seen == all;
+	ok &= seen == all && (all & MRMGR__PT_ALWAYS) == MRMGR__PT_ALWAYS;
 
 	/* End to end: the event of an munmap() reaches the queue. */
 	m = ok ? p_mmap(NULL, pg, PROT_READ | PROT_WRITE,
@@ -489,6 +623,9 @@ static void pin_self(void)
 		(void)dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
 }
 
+/* libc's image, found at install. */
+static struct image IM;
+
 static int install(const char **why)
 {
 	struct image im;
@@ -509,7 +646,7 @@ static int install(const char **why)
 	if (err)
 		return err;
 	*why = "sbrk does not call brk";
-	if (!sbrk_calls_brk(&im))
+	if (!P.site[MRMGR__PT_SBRK].fn && !sbrk_calls_brk(&im))
 		return ENOEXEC;
 	mrmgr__patch_curbrk = (void **)dlsym(RTLD_DEFAULT, "__curbrk");
 	*why = "__curbrk not found";
@@ -519,11 +656,19 @@ static int install(const char **why)
 	tramp = tramp_page(&im);
 	if (!tramp)
 		return ENOMEM;
-	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
-		mrmgr__patch_arch_tramp((unsigned char *)tramp + (size_t)t * slot,
-					(uintptr_t)mrmgr__patch_hook_fn[t]);
-		mrmgr__patch_arch_encode(&P.site[t], tramp + (size_t)t * slot);
+	P.tramp = tramp;
+	for (size_t i = 0; i < TRAMP_SLOTS; i++) {
+		size_t t = i % MRMGR__PT_COUNT, g = i / MRMGR__PT_COUNT;
+		void (*hook)(void) = g ? mrmgr__patch_chain_fn[g - 1][t]
+				       : mrmgr__patch_hook_fn[t];
+
+		if (hook)
+			mrmgr__patch_arch_tramp((unsigned char *)tramp + i * slot,
+						(uintptr_t)hook);
 	}
+	for (int t = 0; t < MRMGR__PT_COUNT; t++)
+		if (P.site[t].fn)
+			(void)encode(t); /* generation 0: never out of them */
 	if (mprotect((void *)tramp, (size_t)page_size(), PROT_READ | PROT_EXEC)) {
 		*why = "cannot make the trampolines executable";
 		err = errno;
@@ -534,7 +679,7 @@ static int install(const char **why)
 	/* The trampoline page stays, even on failure: a thread may be
 	 * between a jump and its hook. */
 	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
-		err = apply(t, 0);
+		err = P.site[t].fn ? apply(t, 0) : 0;
 		if (err) {
 			*why = err == EBUSY ? "the code changed while patching"
 					    : "cannot write libc's text";
@@ -549,7 +694,192 @@ static int install(const char **why)
 		return err;
 	}
 	pin_self();
+	IM = im;
+	/* sbrk is watched too when it is not ours: another patcher that
+	 * redirects it later takes malloc's break changes away from brk. */
+	P.entry[MRMGR__PT_SBRK] = sym_of(&im, "sbrk", NULL);
+	if (!P.site[MRMGR__PT_SBRK].fn && P.entry[MRMGR__PT_SBRK])
+		memcpy(P.seen[MRMGR__PT_SBRK],
+		       (const void *)P.entry[MRMGR__PT_SBRK], 16);
+	for (int t = 0; t < MRMGR__PT_COUNT; t++)
+		if (P.site[t].fn)
+			P.entry[t] = P.site[t].fn;
 	return 0;
+}
+
+/* ------------------------------------------------------------ others */
+
+/*
+ * Another patcher after us: UCX's libucm patches when it is loaded or
+ * when its first memory-event user appears, possibly long after our
+ * install, and writes its jump over ours. Checked where the monitor
+ * already runs (a cache's miss, the coverage query): sixteen bytes per
+ * entry point compared with what we left there.
+ */
+static uint32_t lost_sites(void)
+{
+	uint32_t lost = 0;
+
+	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
+		const struct mrmgr__patch_site *s = &P.site[t];
+
+		if (P.entry[t] && memcmp((const void *)P.entry[t], P.seen[t], 16))
+			lost |= 1u << t;
+		else if (s->fn && s->pad && (P.targets & (1u << t)) &&
+			 memcmp((const void *)s->pad, s->pad_new, s->pad_len))
+			lost |= 1u << t;
+	}
+	return lost;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Wait (a few ms at most) until the lost entries stop changing: the
+ * other patcher may be in the middle of its (non-atomic) write. */
+static void settle(uint32_t lost)
+{
+	unsigned char a[MRMGR__PT_COUNT][32], b[MRMGR__PT_COUNT][32];
+	struct timespec ms = { 0, 1000000 };
+
+	for (int round = 0; round < 20; round++) {
+		for (int t = 0; t < MRMGR__PT_COUNT; t++)
+			if (lost & (1u << t))
+				memcpy(a[t], (const void *)P.entry[t], 32);
+		nanosleep(&ms, NULL);
+		for (int t = 0; t < MRMGR__PT_COUNT; t++)
+			if (lost & (1u << t))
+				memcpy(b[t], (const void *)P.entry[t], 32);
+		if (!memcmp(a, b, sizeof(a)))
+			return;
+	}
+}
+
+/* Take site t back as its entry is now. */
+static int resite(int t)
+{
+	struct mrmgr__patch_site n, *d = &P.direct[t];
+	uintptr_t pg = (uintptr_t)page_size();
+	int err;
+
+	if (d->fn && !memcmp((const void *)d->win, d->old, d->win_len)) {
+		n = *d; /* glibc's own bytes are back: our first plan holds */
+	} else {
+		err = plan_one(&IM, t, &n);
+		if (err)
+			return err;
+		if (n.chain >= P.tramp && n.chain < P.tramp + pg) {
+			/* One of our own jumps, put back by the other
+			 * patcher's restore: keep it as it is. */
+			size_t idx = (n.chain - P.tramp) / mrmgr__patch_arch_tramp_size();
+
+			n.chain = idx < MRMGR__PT_COUNT ? 0
+				  : mrmgr__patch_chain[idx / MRMGR__PT_COUNT - 1][t];
+			memcpy(n.new, n.old, sizeof(n.new));
+			P.site[t] = n;
+			mark(t, 1);
+			return 0;
+		}
+		if (!n.chain)
+			*d = n;
+	}
+	P.site[t] = n;
+	if (t == MRMGR__PT_SBRK && !n.chain) {
+		/* sbrk is glibc's own again: it reaches brk's body. */
+		P.site[t].fn = 0;
+		__atomic_fetch_and(&P.targets, ~(1u << t), __ATOMIC_RELEASE);
+		__atomic_fetch_and(&P.chained, ~(1u << t), __ATOMIC_RELEASE);
+		memcpy(P.seen[t], (const void *)P.entry[t], 16);
+		return 0;
+	}
+	err = encode(t);
+	return err ? err : apply(t, 0);
+}
+
+/* Name of the object holding a, for the warning. */
+static const char *owner_of(uintptr_t a)
+{
+	Dl_info di;
+
+	if (a && dladdr((void *)a, &di) && di.dli_fname) {
+		const char *slash = strrchr(di.dli_fname, '/');
+
+		return slash ? slash + 1 : di.dli_fname;
+	}
+	return "anonymous code";
+}
+
+/*
+ * Our jumps were overwritten: calls may have bypassed our hooks since,
+ * so every cache must forget everything ("everything changed", which
+ * the core drains and applies at its next get; pushed again a little
+ * later for a call that was inside the other patcher's code while we
+ * went back on top), and we chain on top of the other patcher again.
+ */
+static void recover(uint32_t lost)
+{
+	const char *who = NULL;
+	char names[96] = "";
+	int err = 0;
+
+	settle(lost);
+	for (int t = 0; t < MRMGR__PT_COUNT && !err; t++) {
+		if (!(lost & (1u << t)))
+			continue;
+		err = resite(t);
+		if (!who && P.site[t].chain)
+			who = owner_of(P.site[t].chain);
+		if (strlen(names) + strlen(T[t].name) + 3 < sizeof(names)) {
+			if (names[0])
+				strcat(names, ", ");
+			strcat(names, T[t].name);
+		}
+	}
+	if (!err)
+		err = selftest(&IM);
+	__atomic_fetch_add(&P.overwrites, 1, __ATOMIC_RELEASE);
+	mrmgr__mon_push(0, UINT64_MAX);
+	P.flush_again = 1;
+	P.flush_at_ms = now_ms() + 10;
+	if (err) {
+		P.state = SRC_FAILED;
+		P.err = err == ENOSPC || err == ENOENT ? err : ENOEXEC;
+		mrmgr__warn("monitor: another library overwrote libc's %s after "
+			    "libmrmgr patched it and cannot be chained (%s): the "
+			    "patch source stops, every cache was invalidated, "
+			    "and other sources are used", names, strerror(err));
+		return;
+	}
+	if (!P.warned) {
+		P.warned = 1;
+		mrmgr__warn("monitor: another library (%s) overwrote libc's %s "
+			    "after libmrmgr patched it; libmrmgr chained on top "
+			    "again and invalidated every cache, since changes in "
+			    "between may have been missed (said once; "
+			    "mrmgr_monitor_info.patch_overwrites counts them)",
+			    who ? who : "glibc's own bytes back", names);
+	} else {
+		mrmgr__dbg("monitor: libc's %s overwritten again: chained on top",
+			   names);
+	}
+}
+
+/* Cheap; on every call of mrmgr__patch_start() while active. */
+static void check(void)
+{
+	uint32_t lost = lost_sites();
+
+	if (mrmgr__unlikely(P.flush_again) && now_ms() >= P.flush_at_ms) {
+		P.flush_again = 0;
+		mrmgr__mon_push(0, UINT64_MAX);
+	}
+	if (mrmgr__unlikely(lost))
+		recover(lost);
 }
 
 int mrmgr__patch_test_toggle(void)
@@ -559,9 +889,9 @@ int mrmgr__patch_test_toggle(void)
 	if (P.state != SRC_ACTIVE)
 		return EINVAL;
 	for (int t = MRMGR__PT_COUNT - 1; t >= 0 && !err; t--)
-		err = apply(t, 1);
+		err = P.site[t].fn ? apply(t, 1) : 0;
 	for (int t = 0; t < MRMGR__PT_COUNT && !err; t++)
-		err = apply(t, 0);
+		err = P.site[t].fn ? apply(t, 0) : 0;
 	return err;
 }
 
@@ -569,6 +899,8 @@ int mrmgr__patch_start(void)
 {
 	const char *why = NULL, *tool;
 
+	if (P.state == SRC_ACTIVE)
+		check();
 	if (P.state != SRC_UNTRIED)
 		return P.state == SRC_ACTIVE ? 0 : P.err;
 	tool = tool_in_process();
@@ -583,9 +915,14 @@ int mrmgr__patch_start(void)
 		mrmgr__warn("monitor: libc patching not used (%s: %s); libc is "
 			    "left as it was and other sources are used",
 			    why, strerror(P.err));
-	else
+	else if (!P.chained)
 		mrmgr__info("monitor: libc's munmap, mremap, madvise, mmap, brk, "
 			    "shmat and shmdt redirected (self-test passed)");
+	else
+		mrmgr__info("monitor: libc's memory calls redirected (self-test "
+			    "passed); chained after another patcher (%s) for "
+			    "targets %#x", owner_of(P.site[__builtin_ctz(P.chained)].chain),
+			    P.chained);
 	return P.err;
 }
 

@@ -27,8 +27,13 @@ enum mrmgr__patch_target {
 	MRMGR__PT_BRK,
 	MRMGR__PT_SHMAT,
 	MRMGR__PT_SHMDT,
+	/* Only when another patcher redirected sbrk itself (its body then no
+	 * longer reaches brk's): chained like the others. */
+	MRMGR__PT_SBRK,
 	MRMGR__PT_COUNT
 };
+/* The targets redirected in every install. */
+#define MRMGR__PT_ALWAYS ((1u << MRMGR__PT_SBRK) - 1)
 
 /* ------------------------------------------------------------ source */
 
@@ -40,12 +45,18 @@ int mrmgr__patch_start(void);
 int mrmgr__patch_state(int *err);
 /* Bit (1 << enum mrmgr__patch_target) for each function redirected now. */
 uint32_t mrmgr__patch_targets(void);
+/* Of those, the ones whose hook calls another patcher's code (chained). */
+uint32_t mrmgr__patch_chained(void);
+/* Times another patcher overwrote our entry points after we installed
+ * (each time: "everything changed" pushed, chained again on top). */
+uint32_t mrmgr__patch_overwrites(void);
 
 /* Test hooks (unit tests set them before the first cache). */
 enum mrmgr__patch_test_flags {
 	MRMGR__PATCH_TEST_UNKNOWN_PROLOGUE = 1u << 0, /* recognise nothing */
 	MRMGR__PATCH_TEST_SELFTEST_FAILS = 1u << 1,   /* self-test sees nothing */
 	MRMGR__PATCH_TEST_IGNORE_TOOLS = 1u << 2,     /* patch under sanitizers */
+	MRMGR__PATCH_TEST_NO_CHAIN = 1u << 3, /* treat foreign jumps as unknown */
 };
 extern unsigned int mrmgr__patch_test_flags;
 /* Take every patch out and put it back (tests: patching under load). */
@@ -53,8 +64,16 @@ int mrmgr__patch_test_toggle(void);
 
 /* ------------------------------------------------------------ hooks */
 
-/* The hook for each target (patch_hooks.c). */
+/* The hook for each target (patch_hooks.c): issues the system call. */
 extern void (*const mrmgr__patch_hook_fn[MRMGR__PT_COUNT])(void);
+/* The chaining hooks, per generation g and target t: they report around
+ * a call of mrmgr__patch_chain[g][t], the code another patcher's jump led
+ * to (which issues the system call and does its own bookkeeping). Set
+ * once, before an entry first jumps to that generation's hook; each
+ * going-on-top of another patcher takes the next generation. */
+#define MRMGR__PATCH_GENS 4
+extern void (*const mrmgr__patch_chain_fn[MRMGR__PATCH_GENS][MRMGR__PT_COUNT])(void);
+extern uintptr_t mrmgr__patch_chain[MRMGR__PATCH_GENS][MRMGR__PT_COUNT];
 /* glibc's notion of the break (its exported __curbrk). */
 extern void **mrmgr__patch_curbrk;
 /* Self-test: while probe_on, each hook sets its bit in probe_seen; brk
@@ -62,6 +81,7 @@ extern void **mrmgr__patch_curbrk;
  * real brk() could race with malloc over __curbrk). */
 extern unsigned int mrmgr__patch_probe_on, mrmgr__patch_probe_seen;
 #define MRMGR__PATCH_BRK_PROBE ((void *)1)
+#define MRMGR__PATCH_SBRK_PROBE INTPTR_MIN
 
 /* ------------------------------------------------------------ arch */
 
@@ -79,19 +99,31 @@ struct mrmgr__patch_site {
 	unsigned char old[16], new[16]; /* the window before and after */
 	unsigned char pad_old[8], pad_new[8];
 	unsigned int pad_len;
+	uintptr_t chain;        /* another patcher's destination, or 0 */
 };
 
 /*
- * Recognise fn's prologue: the body [fn, fn + size) must issue system
- * call nr the way glibc's wrappers do, and start with an instruction the
- * architecture code knows how to replace. gap_* are the dead bytes
- * around the function (between it and its neighbours in the symbol
- * table), usable as a landing pad. 0 and *s filled (but new/pad_new not
- * yet), or ENOEXEC.
+ * Recognise fn's prologue: either the body [fn, fn + size) issues system
+ * call nr the way glibc's wrappers do and starts with an instruction the
+ * architecture code knows how to replace, or its first instruction
+ * (after a landing pad) starts a jump another patcher left there, whose
+ * destination goes to s->chain (see mrmgr__patch_arch_foreign). gap_*
+ * are the dead bytes around the function (between it and its neighbours
+ * in the symbol table), usable as a landing pad. 0 and *s filled (but
+ * new/pad_new not yet), or ENOEXEC.
  */
 int mrmgr__patch_arch_plan(uintptr_t fn, size_t size, long nr,
 			   uintptr_t before_lo, uintptr_t after_hi,
 			   struct mrmgr__patch_site *s);
+/*
+ * The jump forms run-time patchers leave at an entry point, decoded at
+ * at: x86-64 `jmp rel32`, `movabs $imm64, %r11|%rax` + `jmp *%reg`,
+ * `jmp *disp32(%rip)`; aarch64 `b imm26`, `ldr xN, literal` + `br xN`,
+ * `movz`/`movk` xN + `br xN`, `adrp` + `add`|`ldr` + `br xN`. The
+ * destination, and in *len the bytes of the first instruction (the one a
+ * jump of ours replaces); 0 when it is none of these.
+ */
+uintptr_t mrmgr__patch_arch_foreign(uintptr_t at, unsigned int *len);
 /* Whether a direct branch from site s can reach address to. */
 int mrmgr__patch_arch_reaches(const struct mrmgr__patch_site *s, uintptr_t to);
 /* Bytes of one trampoline slot; write one jumping to hook at buf. */

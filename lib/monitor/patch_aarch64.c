@@ -76,9 +76,79 @@ static int issues(uintptr_t fn, size_t size, long nr)
 	return 0;
 }
 
-/* Instructions another patcher leaves at an entry point: branches and
- * literal loads. Such a prologue is not the one we know. */
-static int foreign(uint32_t v)
+static int64_t sext(uint64_t v, unsigned int bits)
+{
+	return (int64_t)(v << (64 - bits)) >> (64 - bits);
+}
+
+/* br xN: N, or -1. */
+static int br_reg(uint32_t v)
+{
+	return (v & 0xfffffc1fu) == 0xd61f0000u ? (int)((v >> 5) & 31) : -1;
+}
+
+/*
+ * Another patcher's jump at `at`. UCX's bistro and libfabric's memhooks
+ * write `movz x15, #h3, lsl #48; movk x15, #h2, lsl #32; movk ... #h1,
+ * lsl #16; movk ... #h0; br x15`; others a `b` to a nearby trampoline,
+ * `ldr x16, #lit; br x16` with the address beside it (as ours does), or
+ * `adrp x16, page; add x16, x16, #lo | ldr x16, [x16, #off]; br x16`.
+ */
+uintptr_t mrmgr__patch_arch_foreign(uintptr_t at, unsigned int *len)
+{
+	uint32_t v = insn(at);
+	unsigned int rd = v & 31;
+
+	*len = 4;
+	if ((v & 0xfc000000u) == 0x14000000u) /* b */
+		return at + (uintptr_t)(sext(v & 0x03ffffffu, 26) * 4);
+	if ((v & 0xff000000u) == 0x58000000u && br_reg(insn(at + 4)) == (int)rd) {
+		uintptr_t lit = at + (uintptr_t)(sext((v >> 5) & 0x7ffffu, 19) * 4);
+		uint64_t a;
+
+		memcpy(&a, (const void *)lit, 8);
+		return (uintptr_t)a;
+	}
+	if ((v & 0xff800000u) == 0xd2800000u) { /* movz xN, #imm, lsl #hw*16 */
+		uint64_t a = (uint64_t)((v >> 5) & 0xffff) << (16 * ((v >> 21) & 3));
+
+		for (unsigned int i = 1; i <= 4; i++) {
+			uint32_t w = insn(at + 4 * i);
+			unsigned int sh = 16 * ((w >> 21) & 3);
+
+			if (br_reg(w) == (int)rd)
+				return (uintptr_t)a;
+			if ((w & 0xff800000u) != 0xf2800000u || (w & 31) != rd)
+				return 0; /* not movk xN */
+			a = (a & ~((uint64_t)0xffff << sh)) |
+			    (uint64_t)((w >> 5) & 0xffff) << sh;
+		}
+		return 0;
+	}
+	if ((v & 0x9f000000u) == 0x90000000u) { /* adrp xN, page */
+		uint64_t imm = ((v >> 29) & 3) | (uint64_t)((v >> 5) & 0x7ffff) << 2;
+		uintptr_t page = (at & ~(uintptr_t)4095) +
+				 (uintptr_t)(sext(imm, 21) * 4096);
+		uint32_t w = insn(at + 4);
+
+		if (br_reg(insn(at + 8)) != (int)rd || ((w >> 5) & 31) != rd ||
+		    (w & 31) != rd)
+			return 0;
+		if ((w & 0xffc00000u) == 0x91000000u) /* add xN, xN, #imm12 */
+			return page + ((w >> 10) & 0xfff);
+		if ((w & 0xffc00000u) == 0xf9400000u) { /* ldr xN, [xN, #imm] */
+			uint64_t a;
+
+			memcpy(&a, (const void *)(page + ((w >> 10) & 0xfff) * 8), 8);
+			return (uintptr_t)a;
+		}
+	}
+	return 0;
+}
+
+/* Branches and literal loads this file does not follow: a prologue
+ * starting with one is not one we know. */
+static int plain_branch(uint32_t v)
 {
 	return (v & 0x7c000000u) == 0x14000000u || /* b, bl */
 	       (v & 0xfffffc1fu) == 0xd61f0000u || /* br */
@@ -91,15 +161,20 @@ int mrmgr__patch_arch_plan(uintptr_t fn, size_t size, long nr,
 			   uintptr_t before_lo, uintptr_t after_hi,
 			   struct mrmgr__patch_site *s)
 {
+	unsigned int flen = 0;
+
 	(void)before_lo;
 	(void)after_hi;
 	memset(s, 0, sizeof(*s));
 	s->fn = s->at = fn;
-	if ((fn & 3) || size < 8 || size > 4096 || !issues(fn, size, nr))
+	if ((fn & 3) || size < 8 || size > 4096)
 		return ENOEXEC;
 	if (insn(fn) == INSN_BTI_C || insn(fn) == INSN_BTI_JC)
 		s->at += 4; /* the landing pad stays for indirect callers */
-	if (foreign(insn(s->at)))
+	/* Another patcher was here first: the first instruction of its jump
+	 * becomes our B, the rest of it is dead. */
+	s->chain = mrmgr__patch_arch_foreign(s->at, &flen);
+	if (!s->chain && (!issues(fn, size, nr) || plain_branch(insn(s->at))))
 		return ENOEXEC;
 	s->win = s->at;
 	s->win_len = 4;

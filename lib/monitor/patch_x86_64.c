@@ -143,6 +143,43 @@ static int fits(intptr_t d, intptr_t lim)
 	return d >= -lim - 1 && d <= lim;
 }
 
+/*
+ * Another patcher's jump at p. UCX's bistro writes `jmp rel32` when its
+ * hook is within reach and `movabs $hook, %r11; jmp *%r11` otherwise;
+ * libfabric's memhooks (and Open MPI's patcher) the %r11 form; others use
+ * %rax or an indirect `jmp *disp32(%rip)` through a pointer.
+ */
+uintptr_t mrmgr__patch_arch_foreign(uintptr_t at, unsigned int *len)
+{
+	const uint8_t *p = (const uint8_t *)at;
+	uint64_t imm;
+	int32_t d;
+
+	if (p[0] == 0xe9) {
+		memcpy(&d, p + 1, 4);
+		*len = 5;
+		return at + 5 + (uintptr_t)(intptr_t)d;
+	}
+	if (p[0] == 0xff && p[1] == 0x25) {
+		uintptr_t slot;
+
+		memcpy(&d, p + 2, 4);
+		slot = at + 6 + (uintptr_t)(intptr_t)d;
+		memcpy(&imm, (const void *)slot, 8);
+		*len = 6;
+		return (uintptr_t)imm;
+	}
+	if ((p[0] == 0x49 && p[1] == 0xbb && p[10] == 0x41 && p[11] == 0xff &&
+	     p[12] == 0xe3) || /* movabs ..., %r11; jmp *%r11 */
+	    (p[0] == 0x48 && p[1] == 0xb8 && p[10] == 0xff &&
+	     p[11] == 0xe0)) { /* movabs ..., %rax; jmp *%rax */
+		memcpy(&imm, p + 2, 8);
+		*len = 10;
+		return (uintptr_t)imm;
+	}
+	return 0;
+}
+
 int mrmgr__patch_arch_plan(uintptr_t fn, size_t size, long nr,
 			   uintptr_t before_lo, uintptr_t after_hi,
 			   struct mrmgr__patch_site *s)
@@ -150,13 +187,20 @@ int mrmgr__patch_arch_plan(uintptr_t fn, size_t size, long nr,
 	const uint8_t *p = (const uint8_t *)fn;
 	size_t len;
 
+	unsigned int flen = 0;
+
 	memset(s, 0, sizeof(*s));
 	s->fn = s->at = fn;
-	if (size < 8 || size > 4096 || !issues(p, size, nr))
+	if (size < 8 || size > 4096)
 		return ENOEXEC;
 	if (p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa)
 		s->at += 4; /* endbr64 stays: indirect calls land on it */
-	len = first_insn((const uint8_t *)s->at);
+	/* Another patcher was here first: its jump's first instruction
+	 * (5 bytes or more) becomes ours, the rest of it is dead. */
+	s->chain = mrmgr__patch_arch_foreign(s->at, &flen);
+	if (!s->chain && !issues(p, size, nr))
+		return ENOEXEC;
+	len = s->chain ? flen : first_insn((const uint8_t *)s->at);
 	if (len >= 5) {
 		s->len = 5;
 	} else if (len >= 2) {

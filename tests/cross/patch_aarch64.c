@@ -10,6 +10,7 @@
  * SPDX-License-Identifier: MIT
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
 #include <stdarg.h>
@@ -41,6 +42,15 @@ void mrmgr__mon_change_begin(uint64_t s, uint64_t l)
 
 void mrmgr__mon_change_end(uint64_t s, uint64_t l)
 {
+	mrmgr__mon_change_begin(s, l);
+}
+
+static unsigned int pushes_all;
+
+void mrmgr__mon_push(uint64_t s, uint64_t l)
+{
+	if (s == 0 && l == UINT64_MAX)
+		pushes_all++;
 	mrmgr__mon_change_begin(s, l);
 }
 
@@ -91,6 +101,100 @@ static int saw(const void *p, size_t l)
 	return mrmgr__mon_queue_saw(mark, (uintptr_t)p, (uintptr_t)p + l - 1);
 }
 
+/* ------------------------------------------------------------ others */
+
+/* The jump forms other patchers leave, decoded from a buffer. */
+static void check_forms(void)
+{
+	static uint32_t buf[2048] __attribute__((aligned(4096)));
+	uintptr_t a = (uintptr_t)buf, x = (uintptr_t)0x0000ffffa1b2c3d4ull;
+	unsigned int len;
+
+	buf[0] = 0x14000000u | (0x40u & 0x03ffffffu); /* b .+0x100 */
+	CHECK(mrmgr__patch_arch_foreign(a, &len) == a + 0x100 && len == 4);
+	buf[0] = 0x17ffffffu; /* b .-4 */
+	CHECK(mrmgr__patch_arch_foreign(a, &len) == a - 4);
+	buf[0] = 0x58000050u; /* ldr x16, #8 */
+	buf[1] = 0xd61f0200u; /* br x16 */
+	memcpy(&buf[2], &x, 8);
+	CHECK(mrmgr__patch_arch_foreign(a, &len) == x);
+	buf[1] = 0xd61f0220u; /* br x17: not the loaded register */
+	CHECK(mrmgr__patch_arch_foreign(a, &len) == 0);
+	/* movz x15, #h3, lsl #48; movk x15 #h2..#h0; br x15 (UCX, libfabric) */
+	buf[0] = 0xd2e0000fu | (uint32_t)((x >> 48) & 0xffff) << 5;
+	buf[1] = 0xf2c0000fu | (uint32_t)((x >> 32) & 0xffff) << 5;
+	buf[2] = 0xf2a0000fu | (uint32_t)((x >> 16) & 0xffff) << 5;
+	buf[3] = 0xf280000fu | (uint32_t)(x & 0xffff) << 5;
+	buf[4] = 0xd61f01e0u; /* br x15 */
+	CHECK(mrmgr__patch_arch_foreign(a, &len) == x);
+	buf[4] = 0xd503201fu; /* nop instead of br */
+	CHECK(mrmgr__patch_arch_foreign(a, &len) == 0);
+	/* adrp x16, .+1 page; add x16, x16, #0x123; br x16 */
+	buf[0] = 0x90000010u | (1u << 29);
+	buf[1] = 0x91000000u | (0x123u << 10) | (16u << 5) | 16u;
+	buf[2] = 0xd61f0200u;
+	CHECK(mrmgr__patch_arch_foreign(a, &len) == a + 4096 + 0x123);
+	/* adrp x16, .+1 page; ldr x16, [x16, #8]; br x16 */
+	buf[1] = 0xf9400000u | (1u << 10) | (16u << 5) | 16u;
+	memcpy(&buf[1024 + 2], &x, 8);
+	CHECK(mrmgr__patch_arch_foreign(a, &len) == x);
+	buf[0] = 0xd503201fu; /* glibc's munmap starts with a nop */
+	CHECK(mrmgr__patch_arch_foreign(a, &len) == 0);
+}
+
+static unsigned long fh_calls;
+static int fh_munmap(void *a, size_t l)
+{
+	fh_calls++;
+	return (int)syscall(SYS_munmap, a, l);
+}
+
+/* Another patcher overwrites munmap after us, the way UCX's bistro and
+ * libfabric's memhooks do on arm64: movz/movk x15 + br x15 over the
+ * entry. The next check notices and chains on top. */
+static void check_overwritten(void)
+{
+	const size_t pg = 4096;
+	uintptr_t fn = (uintptr_t)dlsym(RTLD_NEXT, "munmap"), x = (uintptr_t)fh_munmap;
+	uintptr_t lo = fn & ~(uintptr_t)(pg - 1);
+	uint32_t code[5] = {
+		0xd2e0000fu | (uint32_t)((x >> 48) & 0xffff) << 5,
+		0xf2c0000fu | (uint32_t)((x >> 32) & 0xffff) << 5,
+		0xf2a0000fu | (uint32_t)((x >> 16) & 0xffff) << 5,
+		0xf280000fu | (uint32_t)(x & 0xffff) << 5,
+		0xd61f01e0u,
+	};
+	unsigned long calls;
+	char *p;
+
+	if (!fn)
+		fn = (uintptr_t)munmap;
+	lo = fn & ~(uintptr_t)(pg - 1);
+	CHECK(mprotect((void *)lo, 2 * pg, PROT_READ | PROT_WRITE | PROT_EXEC) == 0);
+	memcpy((void *)fn, code, sizeof(code));
+	__builtin___clear_cache((char *)fn, (char *)fn + sizeof(code));
+	CHECK(mprotect((void *)lo, 2 * pg, PROT_READ | PROT_EXEC) == 0);
+	p = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	mark = nlog;
+	CHECK(munmap(p, pg) == 0);
+	CHECK(fh_calls == 1);
+	CHECK(!saw(p, pg)); /* bypassed */
+	CHECK(mrmgr__patch_start() == 0); /* notices */
+	CHECK(mrmgr__patch_overwrites() == 1);
+	CHECK(pushes_all >= 1);
+	CHECK(mrmgr__patch_chained() & (1u << MRMGR__PT_MUNMAP));
+	calls = fh_calls; /* the self-test went through it too */
+	CHECK(calls > 1);
+	mark = nlog;
+	CHECK(munmap(p + pg, pg) == 0);
+	CHECK(fh_calls == calls + 1);
+	CHECK(saw(p + pg, pg));
+	errno = 0;
+	CHECK(munmap(p + 1, pg) == -1 && errno == EINVAL);
+	CHECK(mrmgr__patch_start() == 0);
+	CHECK(mrmgr__patch_overwrites() == 1); /* nothing new */
+}
+
 int main(void)
 {
 	const size_t pg = 4096;
@@ -101,7 +205,9 @@ int main(void)
 	err = mrmgr__patch_start();
 	printf("install: %s, targets %#x\n", strerror(err), mrmgr__patch_targets());
 	CHECK(err == 0);
-	CHECK(mrmgr__patch_targets() == (1u << MRMGR__PT_COUNT) - 1);
+	CHECK(mrmgr__patch_targets() == MRMGR__PT_ALWAYS);
+	CHECK(mrmgr__patch_chained() == 0);
+	check_forms();
 
 	p = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -164,6 +270,7 @@ int main(void)
 	mark = nlog;
 	CHECK(munmap(p, pg) == 0);
 	CHECK(saw(p, pg));
+	check_overwritten();
 	printf("patch_aarch64: %s, %d check(s) failed\n", fails ? "FAILED" : "ok",
 	       fails);
 	return fails != 0;
