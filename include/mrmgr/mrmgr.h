@@ -589,7 +589,7 @@ struct mrmgr_monitor_info {
 	uint64_t unwatched;       /**< gets served uncached because no source could watch the range */
 	uint64_t fork_purges;     /**< times a fork() purged this cache (in this process) */
 	int32_t patch_error;      /**< process: why libc is not patched (errno; EOPNOTSUPP: valgrind or a sanitizer; ENOEXEC: unknown prologue), 0 when it is or was not tried */
-	uint32_t patch_targets;   /**< process: functions redirected, bits in the order munmap, mremap, madvise, mmap, brk, shmat, shmdt */
+	uint32_t patch_targets;   /**< process: functions redirected, bits in the order munmap, mremap, madvise, mmap, brk, shmat, shmdt, sbrk (only when chained, see patch_chained), mprotect (to notice another patcher) */
 	uint32_t unwatched_causes; /**< enum mrmgr_monitor_unwatched_cause bits seen by this cache's unwatched gets */
 	int32_t unwatched_error;  /**< errno-style reason of this cache's last unwatched get (0: none yet) */
 	uint64_t window_uncached; /**< gets served uncached because a change to their range was under way while they registered */

@@ -112,6 +112,7 @@ static const struct target {
 	[MRMGR__PT_SHMAT] = { "shmat", { 0 }, SYS_shmat },
 	[MRMGR__PT_SHMDT] = { "shmdt", { 0 }, SYS_shmdt },
 	[MRMGR__PT_SBRK] = { "sbrk", { "__sbrk" }, -1 },
+	[MRMGR__PT_MPROTECT] = { "mprotect", { "__mprotect" }, SYS_mprotect },
 };
 
 /* ------------------------------------------------------------ libc */
@@ -572,6 +573,9 @@ static int selftest(const struct image *im)
 	ok &= p_shmat(-1, NULL, 0) == (void *)-1 && errno == EINVAL;
 	errno = 0;
 	ok &= p_shmdt(bad) == -1 && errno == EINVAL;
+	errno = 0;
+	ok &= ((int (*)(void *, size_t, int))P.site[MRMGR__PT_MPROTECT].fn)(
+		      bad, pg, PROT_READ) == -1 && errno == EINVAL;
 	if (p_sbrk) {
 		errno = 0;
 		ok &= p_sbrk(MRMGR__PATCH_SBRK_PROBE) == (void *)-1 && errno == ENOMEM;
@@ -622,6 +626,8 @@ static void pin_self(void)
 	if (dladdr((void *)(uintptr_t)mrmgr__patch_start, &di) && di.dli_fname)
 		(void)dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
 }
+
+static void set_text_range(void);
 
 /* libc's image, found at install. */
 static struct image IM;
@@ -704,6 +710,7 @@ static int install(const char **why)
 	for (int t = 0; t < MRMGR__PT_COUNT; t++)
 		if (P.site[t].fn)
 			P.entry[t] = P.site[t].fn;
+	set_text_range();
 	return 0;
 }
 
@@ -869,6 +876,40 @@ static void recover(uint32_t lost)
 	}
 }
 
+/* The pages of libc's text holding our entry points (0, 0 before the
+ * install completes), for the mprotect hook. */
+static uintptr_t text_lo, text_hi;
+
+void mrmgr__patch_text_protected(uintptr_t a, size_t l)
+{
+	uintptr_t lo = __atomic_load_n(&text_lo, __ATOMIC_ACQUIRE);
+
+	if (mrmgr__likely(a >= text_hi || a + l <= lo || !lo))
+		return;
+	if (lost_sites())
+		mrmgr__mon_push(0, UINT64_MAX);
+}
+
+static void set_text_range(void)
+{
+	uintptr_t pg = (uintptr_t)page_size(), lo = UINTPTR_MAX, hi = 0;
+
+	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
+		uintptr_t a = P.entry[t], b = a + 32;
+
+		if (!a)
+			continue;
+		if (P.site[t].pad && P.site[t].pad < a)
+			a = P.site[t].pad;
+		if (P.site[t].pad && P.site[t].pad + 8 > b)
+			b = P.site[t].pad + 8;
+		lo = a < lo ? a : lo;
+		hi = b > hi ? b : hi;
+	}
+	text_hi = (hi + pg - 1) & ~(pg - 1);
+	__atomic_store_n(&text_lo, lo & ~(pg - 1), __ATOMIC_RELEASE);
+}
+
 /* Cheap; on every call of mrmgr__patch_start() while active. */
 static void check(void)
 {
@@ -917,7 +958,8 @@ int mrmgr__patch_start(void)
 			    why, strerror(P.err));
 	else if (!P.chained)
 		mrmgr__info("monitor: libc's munmap, mremap, madvise, mmap, brk, "
-			    "shmat and shmdt redirected (self-test passed)");
+			    "shmat, shmdt and mprotect redirected (self-test "
+			    "passed)");
 	else
 		mrmgr__info("monitor: libc's memory calls redirected (self-test "
 			    "passed); chained after another patcher (%s) for "

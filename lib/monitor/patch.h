@@ -30,10 +30,14 @@ enum mrmgr__patch_target {
 	/* Only when another patcher redirected sbrk itself (its body then no
 	 * longer reaches brk's): chained like the others. */
 	MRMGR__PT_SBRK,
+	/* Reports nothing: notices another patcher writing over our jumps
+	 * (it makes libc's text writable, then not, with mprotect()). */
+	MRMGR__PT_MPROTECT,
 	MRMGR__PT_COUNT
 };
 /* The targets redirected in every install. */
-#define MRMGR__PT_ALWAYS ((1u << MRMGR__PT_SBRK) - 1)
+#define MRMGR__PT_ALWAYS \
+	(((1u << MRMGR__PT_SBRK) - 1) | (1u << MRMGR__PT_MPROTECT))
 
 /* ------------------------------------------------------------ source */
 
@@ -59,6 +63,14 @@ enum mrmgr__patch_test_flags {
 	MRMGR__PATCH_TEST_NO_CHAIN = 1u << 3, /* treat foreign jumps as unknown */
 };
 extern unsigned int mrmgr__patch_test_flags;
+/*
+ * From the mprotect hook, after [a, a + l) lost PROT_WRITE: if that was
+ * libc's text around our entry points and our jumps are not there any
+ * more, push "everything changed", so every cache's next get drains it
+ * and misses, and the miss (mrmgr__patch_start) chains on top again.
+ * Async-signal-safe: compares bytes, pushes into the lock-free queue.
+ */
+void mrmgr__patch_text_protected(uintptr_t a, size_t l);
 /* Take every patch out and put it back (tests: patching under load). */
 int mrmgr__patch_test_toggle(void);
 

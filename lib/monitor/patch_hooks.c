@@ -284,6 +284,17 @@ static void *hook_shmat(int id, const void *a, int flg)
 	return is_err(r) ? (set_errno(r), (void *)-1) : (void *)r;
 }
 
+static int hook_mprotect(void *a, size_t l, int prot)
+{
+	long r;
+
+	probe(MRMGR__PT_MPROTECT);
+	r = SYS3(SYS_mprotect, a, l, prot);
+	if (!(prot & PROT_WRITE))
+		mrmgr__patch_text_protected((uintptr_t)a, l);
+	return is_err(r) ? (int)set_errno(r) : (int)r;
+}
+
 /* Parse one hex number; p moves past it. */
 static uint64_t hex(const char **p, const char *end)
 {
@@ -592,6 +603,19 @@ static inline int chain_shmdt(uintptr_t next, const void *a)
 	return r;
 }
 
+static inline int chain_mprotect(uintptr_t next, void *a, size_t l, int prot)
+{
+	int r, err;
+
+	probe(MRMGR__PT_MPROTECT);
+	r = NEXT(MRMGR__PT_MPROTECT, int (*)(void *, size_t, int))(a, l, prot);
+	err = errno;
+	if (!(prot & PROT_WRITE))
+		mrmgr__patch_text_protected((uintptr_t)a, l);
+	errno = err;
+	return r;
+}
+
 /*
  * One set of chaining hooks per generation: each time we go on top of
  * another patcher, the entry jumps to the next generation's hooks, whose
@@ -633,6 +657,10 @@ static inline int chain_shmdt(uintptr_t next, const void *a)
 	static int shmdt_##g(const void *a)                                  \
 	{                                                                    \
 		return chain_shmdt(LOAD(g, MRMGR__PT_SHMDT), a);             \
+	}                                                                    \
+	static int mprotect_##g(void *a, size_t l, int prot)                \
+	{                                                                    \
+		return chain_mprotect(LOAD(g, MRMGR__PT_MPROTECT), a, l, prot); \
 	}
 #define ROW(g)                                                               \
 	{                                                                    \
@@ -644,6 +672,7 @@ static inline int chain_shmdt(uintptr_t next, const void *a)
 		[MRMGR__PT_SHMAT] = (void (*)(void))shmat_##g,               \
 		[MRMGR__PT_SHMDT] = (void (*)(void))shmdt_##g,               \
 		[MRMGR__PT_SBRK] = (void (*)(void))sbrk_##g,                 \
+		[MRMGR__PT_MPROTECT] = (void (*)(void))mprotect_##g,         \
 	}
 GEN(0)
 GEN(1)
@@ -657,6 +686,7 @@ _Static_assert(MRMGR__PATCH_GENS == 4, "one GEN() and ROW() per generation");
 
 
 void (*const mrmgr__patch_hook_fn[MRMGR__PT_COUNT])(void) = {
+	[MRMGR__PT_MPROTECT] = (void (*)(void))hook_mprotect,
 	[MRMGR__PT_MUNMAP] = (void (*)(void))hook_munmap,
 	[MRMGR__PT_MREMAP] = (void (*)(void))hook_mremap,
 	[MRMGR__PT_MADVISE] = (void (*)(void))hook_madvise,

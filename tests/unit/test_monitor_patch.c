@@ -40,6 +40,7 @@ static struct mrmgr_cache_attr patch_only = {
 
 static const char *const names[MRMGR__PT_COUNT] = {
 	"munmap", "mremap", "madvise", "mmap", "brk", "shmat", "shmdt", "sbrk",
+	"mprotect",
 };
 
 static void open_patch(struct fixture *f)
