@@ -115,124 +115,6 @@ static const struct target {
 	[MRMGR__PT_MPROTECT] = { "mprotect", { "__mprotect" }, SYS_mprotect },
 };
 
-/* ------------------------------------------------------------ libc */
-
-/* libc's image: its dynamic symbol table and its text. */
-struct image {
-	uintptr_t want; /* an address inside it (munmap) */
-	uintptr_t base;
-	const ElfW(Sym) *sym;
-	const char *str;
-	size_t nsym;
-	uintptr_t text_lo, text_hi; /* the executable, not writable segment */
-	int found;
-};
-
-static uintptr_t dyn_ptr(uintptr_t base, ElfW(Addr) p)
-{
-	/* ld.so relocates these in place on most targets, not on all. */
-	return p < base ? base + p : p;
-}
-
-static size_t gnu_hash_count(const uint32_t *gh)
-{
-	uint32_t nb = gh[0], off = gh[1], bloom = gh[2], max = 0;
-	const uint32_t *buckets =
-		(const uint32_t *)((const ElfW(Addr) *)(gh + 4) + bloom);
-	const uint32_t *chain = buckets + nb;
-
-	for (uint32_t b = 0; b < nb; b++)
-		if (buckets[b] > max)
-			max = buckets[b];
-	if (max < off)
-		return off;
-	while (!(chain[max - off] & 1))
-		max++;
-	return (size_t)max + 1;
-}
-
-static int find_image(struct dl_phdr_info *info, size_t sz, void *arg)
-{
-	struct image *im = arg;
-	const ElfW(Dyn) *dyn = NULL;
-	uintptr_t lo = 0, hi = 0;
-	int mine = 0;
-
-	(void)sz;
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		uintptr_t s = info->dlpi_addr + ph->p_vaddr;
-
-		if (ph->p_type == PT_DYNAMIC)
-			dyn = (const ElfW(Dyn) *)s;
-		if (ph->p_type == PT_LOAD && im->want >= s &&
-		    im->want < s + ph->p_memsz && (ph->p_flags & PF_X) &&
-		    !(ph->p_flags & PF_W)) {
-			mine = 1;
-			lo = s;
-			hi = s + ph->p_memsz;
-		}
-	}
-	if (!mine || !dyn)
-		return 0;
-	im->base = info->dlpi_addr;
-	im->text_lo = lo;
-	im->text_hi = hi;
-	for (; dyn->d_tag != DT_NULL; dyn++) {
-		if (dyn->d_tag == DT_SYMTAB)
-			im->sym = (const ElfW(Sym) *)dyn_ptr(im->base, dyn->d_un.d_ptr);
-		else if (dyn->d_tag == DT_STRTAB)
-			im->str = (const char *)dyn_ptr(im->base, dyn->d_un.d_ptr);
-		else if (dyn->d_tag == DT_GNU_HASH)
-			im->nsym = gnu_hash_count(
-				(const uint32_t *)dyn_ptr(im->base, dyn->d_un.d_ptr));
-		else if (dyn->d_tag == DT_HASH && !im->nsym)
-			im->nsym = ((const uint32_t *)dyn_ptr(im->base,
-							      dyn->d_un.d_ptr))[1];
-	}
-	im->found = im->sym && im->str && im->nsym;
-	return 1;
-}
-
-/* A defined function symbol's address and size by name; 0 if absent. */
-static uintptr_t sym_of(const struct image *im, const char *name, size_t *size)
-{
-	for (size_t i = 1; i < im->nsym; i++) {
-		const ElfW(Sym) *s = &im->sym[i];
-
-		if (s->st_shndx == SHN_UNDEF || ELF64_ST_TYPE(s->st_info) != STT_FUNC)
-			continue;
-		if (strcmp(im->str + s->st_name, name))
-			continue;
-		if (size)
-			*size = s->st_size;
-		return im->base + s->st_value;
-	}
-	return 0;
-}
-
-/* The gap around [fn, fn + size): the end of the symbol before it and
- * the start of the one after (any symbol with a range in the text). */
-static void gaps(const struct image *im, uintptr_t fn, size_t size,
-		 uintptr_t *before_lo, uintptr_t *after_hi)
-{
-	uintptr_t lo = im->text_lo, hi = im->text_hi;
-
-	for (size_t i = 1; i < im->nsym; i++) {
-		const ElfW(Sym) *s = &im->sym[i];
-		uintptr_t a = im->base + s->st_value, e = a + s->st_size;
-
-		if (s->st_shndx == SHN_UNDEF || a < im->text_lo || a >= im->text_hi)
-			continue;
-		if (a < fn && e > lo)
-			lo = e > fn ? fn : e;
-		if (a >= fn + size && a < hi)
-			hi = a;
-	}
-	*before_lo = lo;
-	*after_hi = hi;
-}
-
 /* ------------------------------------------------------------ tools */
 
 static int dso_named(struct dl_phdr_info *info, size_t sz, void *arg)
@@ -298,7 +180,7 @@ static void sync_cores(void)
 }
 
 /* A page for the trampolines within branch reach of every site. */
-static uintptr_t tramp_page(const struct image *im)
+static uintptr_t tramp_page(const struct mrmgr__patch_image *im)
 {
 	uintptr_t pg = (uintptr_t)page_size(), step = (uintptr_t)1 << 20;
 
@@ -328,76 +210,33 @@ static uintptr_t tramp_page(const struct image *im)
 	return 0;
 }
 
-/*
- * Whether a lies in an executable mapping: another patcher's jump must
- * lead to code (a destination read while that patcher was still writing
- * its jump would not, most likely).
- */
-static int executable(uintptr_t a)
-{
-	char buf[4096];
-	size_t have = 0;
-	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC), ok = 0;
-
-	if (fd < 0)
-		return 0;
-	for (;;) {
-		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
-		char *line = buf, *nl;
-
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-		buf[have] = 0;
-		while ((nl = memchr(line, '\n', (size_t)(buf + have - line)))) {
-			unsigned long lo, hi;
-			char perms[5];
-
-			*nl = 0;
-			if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 &&
-			    a >= lo && a < hi) {
-				ok = perms[2] == 'x';
-				goto out;
-			}
-			line = nl + 1;
-		}
-		have = (size_t)(buf + have - line);
-		memmove(buf, line, have);
-		if (have >= sizeof(buf) - 1)
-			have = 0; /* an absurdly long line: drop it */
-	}
-out:
-	close(fd);
-	return ok;
-}
-
 /* Recognise target t as its entry is now: 0 and *s, or why not. */
-static int plan_one(const struct image *im, int t, struct mrmgr__patch_site *s)
+static int plan_one(const struct mrmgr__patch_image *im, int t, struct mrmgr__patch_site *s)
 {
 	size_t size = 0;
-	uintptr_t fn = sym_of(im, T[t].name, &size), lo, hi;
+	uintptr_t fn = mrmgr__patch_sym(im, T[t].name, &size), lo, hi;
 
 	memset(s, 0, sizeof(*s));
 	if (!fn)
 		return ENOENT;
 	for (int a = 0; a < 3 && T[t].aliases[a]; a++) {
-		uintptr_t x = sym_of(im, T[t].aliases[a], NULL);
+		uintptr_t x = mrmgr__patch_sym(im, T[t].aliases[a], NULL);
 
 		if (x && x != fn)
 			return ENOEXEC;
 	}
-	gaps(im, fn, size, &lo, &hi);
+	mrmgr__patch_gaps(im, fn, size, &lo, &hi);
 	if ((mrmgr__patch_test_flags & MRMGR__PATCH_TEST_UNKNOWN_PROLOGUE) ||
 	    mrmgr__patch_arch_plan(fn, size, T[t].nr, lo, hi, s))
 		return ENOEXEC;
 	if (s->chain && ((mrmgr__patch_test_flags & MRMGR__PATCH_TEST_NO_CHAIN) ||
-			 !executable(s->chain)))
+			 !mrmgr__patch_executable(s->chain)))
 		return ENOEXEC;
 	return 0;
 }
 
 /* Recognise every target; 0 or ENOEXEC with *why set. */
-static int plan(const struct image *im, const char **why)
+static int plan(const struct mrmgr__patch_image *im, const char **why)
 {
 	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
 		int err = plan_one(im, t, &P.site[t]);
@@ -419,10 +258,10 @@ static int plan(const struct image *im, const char **why)
 }
 
 /* sbrk() (and so malloc's morecore) must reach brk's body. */
-static int sbrk_calls_brk(const struct image *im)
+static int sbrk_calls_brk(const struct mrmgr__patch_image *im)
 {
 	size_t size = 0;
-	uintptr_t sb = sym_of(im, "sbrk", &size), brk = P.site[MRMGR__PT_BRK].fn;
+	uintptr_t sb = mrmgr__patch_sym(im, "sbrk", &size), brk = P.site[MRMGR__PT_BRK].fn;
 
 	if (!sb || size > 4096)
 		return 0;
@@ -537,7 +376,7 @@ static void undo_all(void)
  * reach the queue, then -- when free() is glibc's -- free() of a chunk
  * glibc can only have mmap'd, whose internal munmap must arrive too.
  */
-static int selftest(const struct image *im)
+static int selftest(const struct mrmgr__patch_image *im)
 {
 	int (*p_munmap)(void *, size_t) = (int (*)(void *, size_t))P.site[MRMGR__PT_MUNMAP].fn;
 	void *(*p_mremap)(void *, size_t, size_t, int, ...) =
@@ -599,7 +438,7 @@ static int selftest(const struct image *im)
 	}
 
 	/* glibc's own internal munmap, from free(). */
-	if (ok && dlsym(RTLD_DEFAULT, "free") == (void *)sym_of(im, "free", NULL)) {
+	if (ok && dlsym(RTLD_DEFAULT, "free") == (void *)mrmgr__patch_sym(im, "free", NULL)) {
 		const size_t n = (size_t)33 << 20; /* over the mmap threshold's ceiling */
 		char *volatile c = malloc(n);
 
@@ -630,11 +469,11 @@ static void pin_self(void)
 static void set_text_range(void);
 
 /* libc's image, found at install. */
-static struct image IM;
+static struct mrmgr__patch_image IM;
 
 static int install(const char **why)
 {
-	struct image im;
+	struct mrmgr__patch_image im;
 	void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
 	uintptr_t tramp;
 	size_t slot = mrmgr__patch_arch_tramp_size();
@@ -646,7 +485,7 @@ static int install(const char **why)
 		return ENOENT;
 	im.want = (uintptr_t)dlsym(libc, "munmap");
 	dlclose(libc);
-	if (!im.want || !dl_iterate_phdr(find_image, &im) || !im.found)
+	if (!im.want || !dl_iterate_phdr(mrmgr__patch_find_image, &im) || !im.found)
 		return ENOENT;
 	err = plan(&im, why);
 	if (err)
@@ -703,7 +542,7 @@ static int install(const char **why)
 	IM = im;
 	/* sbrk is watched too when it is not ours: another patcher that
 	 * redirects it later takes malloc's break changes away from brk. */
-	P.entry[MRMGR__PT_SBRK] = sym_of(&im, "sbrk", NULL);
+	P.entry[MRMGR__PT_SBRK] = mrmgr__patch_sym(&im, "sbrk", NULL);
 	if (!P.site[MRMGR__PT_SBRK].fn && P.entry[MRMGR__PT_SBRK])
 		memcpy(P.seen[MRMGR__PT_SBRK],
 		       (const void *)P.entry[MRMGR__PT_SBRK], 16);

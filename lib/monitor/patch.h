@@ -5,8 +5,11 @@
  * monitor before the kernel releases the pages, with no LD_PRELOAD and no
  * change to the program. See doc/monitor.md, "The patch source".
  *
- *   patch.c         finding the bodies, the install, the self-test, the fallback
- *   patch_hooks.c   the hooks: issue the system call, report before and after
+ *   patch.c         finding the bodies, the install, the self-test, the
+ *                   fallback; another patcher before or after us
+ *   patch_image.c   libc's symbol table, executable addresses
+ *   patch_hooks.c   the hooks: issue the system call (or chain to another
+ *                   patcher's), report before and after
  *   patch_x86_64.c  recognising a prologue, encoding the jump, the atomic store
  *   patch_aarch64.c the same for aarch64
  *
@@ -94,6 +97,32 @@ extern void **mrmgr__patch_curbrk;
 extern unsigned int mrmgr__patch_probe_on, mrmgr__patch_probe_seen;
 #define MRMGR__PATCH_BRK_PROBE ((void *)1)
 #define MRMGR__PATCH_SBRK_PROBE INTPTR_MIN
+
+/* ------------------------------------------------------------ image */
+
+#include <link.h>
+
+/* libc's image (patch_image.c): its dynamic symbol table and its text. */
+struct mrmgr__patch_image {
+	uintptr_t want; /* an address inside it (munmap) */
+	uintptr_t base;
+	const ElfW(Sym) *sym;
+	const char *str;
+	size_t nsym;
+	uintptr_t text_lo, text_hi; /* the executable, not writable segment */
+	int found;
+};
+/* dl_iterate_phdr() callback filling the image that holds im->want. */
+int mrmgr__patch_find_image(struct dl_phdr_info *info, size_t sz, void *im);
+/* A defined function symbol's address and size by name; 0 if absent. */
+uintptr_t mrmgr__patch_sym(const struct mrmgr__patch_image *im,
+			   const char *name, size_t *size);
+/* The gap around [fn, fn + size): the end of the symbol before it and
+ * the start of the one after (any symbol with a range in the text). */
+void mrmgr__patch_gaps(const struct mrmgr__patch_image *im, uintptr_t fn,
+		       size_t size, uintptr_t *before_lo, uintptr_t *after_hi);
+/* Whether a lies in an executable mapping (/proc/self/maps). */
+int mrmgr__patch_executable(uintptr_t a);
 
 /* ------------------------------------------------------------ arch */
 
