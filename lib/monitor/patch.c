@@ -617,7 +617,9 @@ static int resite(int t)
 		n = *d; /* glibc's own bytes are back: our first plan holds */
 	} else {
 		err = plan_one(&IM, t, &n);
-		if (err)
+		if (err && t == MRMGR__PT_SBRK && sbrk_calls_brk(&IM))
+			n.fn = n.chain = 0; /* glibc's own sbrk is back */
+		else if (err)
 			return err;
 		if (n.chain >= P.tramp && n.chain < P.tramp + pg) {
 			/* One of our own jumps, put back by the other
