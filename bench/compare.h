@@ -226,12 +226,13 @@ void report(const char *const *names, size_t nimpl,
 
 /* compare_unmap.c: the unmap section; each figure from a fresh process. */
 struct unmap_result {
-	double pair_mmap;   /* mmap + munmap of memory the cache never saw */
-	double pair_malloc; /* malloc + free of an mmap'd chunk, never seen */
-	double munmap_cold; /* munmap alone, memory not held */
-	double free_cold;   /* free alone, chunk not held */
-	double munmap_held; /* munmap alone of memory the cache holds */
-	double free_held;   /* free alone of a chunk the cache holds */
+	double pair_mmap;   /* mmap + munmap through libc, memory not held */
+	double pair_raw;    /* the same through syscall(), interleaved */
+	double munmap_held; /* munmap through libc of memory the cache holds */
+	double munmap_raw;  /* raw munmap of memory not held, interleaved */
+	double free_held;   /* free of an mmap'd chunk the cache holds */
+	double free_cold;   /* free of one it does not hold, interleaved */
+	double pair_malloc; /* malloc + free of an mmap'd chunk, not held */
 	char source[96];    /* invalidation source in force */
 	int is_default;
 };

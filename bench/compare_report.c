@@ -286,16 +286,15 @@ static const char *source_cell(const char *source, int is_default)
 	return buf;
 }
 
-static void unmap_row(const char *what, double m, double base, double u,
-		      double ubase, double target)
+static void unmap_row(const char *what, double m, double u, double target)
 {
 	const struct unmap_result *um = &unmap_med[1];
 	char ucx[32] = "-";
 
-	if (u)
-		snprintf(ucx, sizeof(ucx), "%.0f", u - ubase);
-	printf("| %s | %.0f | %s | | libmrmgr <= %.0f | %s | %s |\n", what,
-	       m - base, ucx, target, verdict(m - base <= target, um->is_default),
+	if (unmap_med[2].pair_mmap)
+		snprintf(ucx, sizeof(ucx), "%.0f", u);
+	printf("| %s | %.0f | %s | | libmrmgr <= %.0f | %s | %s |\n", what, m,
+	       ucx, target, verdict(m <= target, um->is_default),
 	       source_cell(um->source, um->is_default));
 }
 
@@ -382,19 +381,22 @@ void print_summary(void)
 			       "- | | | |\n", m->sim_cost[0], m->sim_cost[1]);
 	}
 	if (unmap_measured) {
-		/* Extra ns over plain libc in a process without a cache. */
+		/* What a source adds: its process's libc-over-raw (or
+		 * held-over-not-held) difference, minus libc's own. */
+		double lib = ul->pair_mmap - ul->pair_raw;
+		double lib_un = ul->munmap_held - ul->munmap_raw;
+		double cold_m = um->pair_mmap - um->pair_raw - lib;
+		double cold_u = uu->pair_mmap - uu->pair_raw - lib;
+
 		unmap_row("unmap: mmap+munmap of memory not held, extra over "
-			  "libc (ns)", um->pair_mmap, ul->pair_mmap,
-			  uu->pair_mmap, ul->pair_mmap, 50);
-		unmap_row("unmap: malloc+free of an mmap'd chunk not held, "
-			  "extra (ns)", um->pair_malloc, ul->pair_malloc,
-			  uu->pair_malloc, ul->pair_malloc, 50);
+			  "plain libc (ns)", cold_m, cold_u, 50);
 		unmap_row("unmap: munmap of memory the cache holds, extra (ns)",
-			  um->munmap_held, ul->munmap_cold, uu->munmap_held,
-			  ul->munmap_cold, 1000);
-		unmap_row("unmap: free of an mmap'd chunk the cache holds, "
-			  "extra (ns)", um->free_held, ul->free_cold,
-			  uu->free_held, ul->free_cold, 1000);
+			  um->munmap_held - um->munmap_raw - lib_un,
+			  uu->munmap_held - uu->munmap_raw - lib_un, 1000);
+		unmap_row("unmap: free of an mmap'd chunk the cache holds, extra "
+			  "(ns; held over not held + the row above's not held)",
+			  um->free_held - um->free_cold + cold_m,
+			  uu->free_held - uu->free_cold + cold_u, 1000);
 	}
 	fflush(stdout);
 }

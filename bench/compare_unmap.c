@@ -7,20 +7,23 @@
  * hooks and libmrmgr's patched libc exclude each other.
  *
  * Per process: 100,000 regions registered first (64 KiB each, 128 KiB
- * apart, in a mapping of their own; zero registration cost), then, each
- * call timed on its own and the median of `iters` taken:
- *   - mmap + munmap of 64 KiB the cache never saw (the pair);
- *   - malloc + free of 256 KiB, an mmap'd chunk (M_MMAP_THRESHOLD set to
- *     128 KiB in every process, so glibc's sliding threshold does not
- *     move it to the heap; a chunk served from free heap space all the
- *     same is freed untimed and the round repeated), never seen (the
- *     pair);
- *   - munmap alone, and free alone, of memory never seen;
- *   - munmap alone of a mapping the cache holds (get+put before), and
- *     free alone of a chunk it holds.
- * Extra cost = the cache process's figure minus libc's. A cache whose
- * source does not cover munmap is told by its invalidate call before
- * munmap (timed with it), as its contract asks of the caller.
+ * apart, in a mapping of their own; zero registration cost), then pairs
+ * of operations run interleaved (the order flipping every round, so load
+ * and drift fall on both alike), each operation timed on its own, the
+ * median of each taken:
+ *   - mmap + munmap of 64 KiB the cache never saw, through libc, against
+ *     the same through syscall() (past any hook);
+ *   - munmap alone of a mapping the cache holds (get+put before), through
+ *     libc, against a raw munmap of a mapping nobody saw;
+ *   - free alone of a 256 KiB chunk the cache holds, against free of one
+ *     it does not hold. Chunks must be mmap'd: M_MMAP_THRESHOLD is set to
+ *     128 KiB in every process, and a chunk glibc serves from free heap
+ *     space all the same is set aside untimed, freed at the end, and the
+ *     round repeated.
+ * The cost a source adds is the libc-over-raw difference of its process
+ * minus that of a process without a cache (a few ns of libc's wrapper).
+ * A cache whose source does not cover munmap is told by its invalidate
+ * call before munmap (timed with it), as its contract asks of the caller.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -33,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +46,7 @@
 #define CHUNK (256 * KiB)
 #define LIVE 100000
 #define LIVE_STRIDE (128 * KiB)
+#define MAX_PARKED 4096 /* heap-served chunks set aside: 1 GiB at most */
 
 struct unmap_result unmap_med[3];
 int unmap_measured;
@@ -62,60 +67,103 @@ static int chunk_mmapped(void *p)
 	return (int)(*size & 2);
 }
 
+/* One timed operation: what, on memory the cache holds (held), through
+ * the raw system calls (raw: mmap kinds only, past any hook). */
+struct op {
+	int kind, held, raw;
+};
+
+static void *parked[MAX_PARKED];
+static uint64_t nparked;
+
+static double one(const struct op *o, const struct drv_ops *ops,
+		  struct drv *d)
+{
+	int mall = o->kind == PAIR_MALLOC || o->kind == FREE;
+	int pair = o->kind == PAIR_MMAP || o->kind == PAIR_MALLOC;
+	size_t len = mall ? CHUNK : LEN;
+	double t0, t1;
+	void *p;
+
+again:
+	t0 = now_ns();
+	if (mall)
+		p = malloc(len);
+	else if (o->raw)
+		p = (void *)syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
+				    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	else
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (!p || p == MAP_FAILED)
+		exit(3);
+	if (mall && !chunk_mmapped(p)) {
+		/* Served from free heap space: not what is measured. Kept
+		 * until the end, so the heap's free space runs out and
+		 * malloc maps chunks again. */
+		if (nparked == MAX_PARKED)
+			exit(10);
+		parked[nparked++] = p;
+		goto again;
+	}
+	if (o->held && ops) {
+		void *h = ops->get(d, p, len);
+
+		if (!h)
+			exit(4);
+		ops->put(d, h);
+	}
+	if (!pair)
+		t0 = now_ns();
+	if (o->held && ops && ops->invalidate)
+		ops->invalidate(d, p, len);
+	if (mall)
+		free(p);
+	else if (o->raw)
+		syscall(SYS_munmap, p, len);
+	else
+		munmap(p, len);
+	t1 = now_ns();
+	return t1 - t0;
+}
+
 /*
- * The median ns of iters timed operations (after a tenth more as
- * warm-up): kind, on memory the cache holds when held.
+ * a and b interleaved (the order flips every round, so drift and load
+ * fall on both alike), iters timed rounds after a tenth more as warm-up:
+ * the median ns of each.
  */
-static double timed(int kind, int held, const struct drv_ops *ops,
-		    struct drv *d, uint64_t iters)
+static void interleaved(const struct op *a, const struct op *b,
+			const struct drv_ops *ops, struct drv *d,
+			uint64_t iters, double *ma, double *mb)
 {
 	uint64_t warm = iters / 10;
-	double *t = calloc(iters, sizeof(*t)), m;
+	double *ta = calloc(iters, sizeof(*ta)), *tb = calloc(iters, sizeof(*tb));
 
-	for (uint64_t i = 0, tries = 0; i < iters + warm; i++) {
-		int mall = kind == PAIR_MALLOC || kind == FREE;
-		int pair = kind == PAIR_MMAP || kind == PAIR_MALLOC;
-		size_t len = mall ? CHUNK : LEN;
-		double t0 = now_ns(), t1;
-		void *p = mall ? malloc(len)
-			       : mmap(NULL, len, PROT_READ | PROT_WRITE,
-				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (!ta || !tb)
+		exit(9);
+	for (uint64_t i = 0; i < iters + warm; i++) {
+		double x, y;
 
-		if (!p || p == MAP_FAILED)
-			exit(3);
-		if (mall && !chunk_mmapped(p)) {
-			/* Served from free heap space: not what is measured. */
-			free(p);
-			if (++tries > 10 * iters)
-				exit(10);
-			i--;
-			continue;
+		if (i & 1) {
+			y = one(b, ops, d);
+			x = one(a, ops, d);
+		} else {
+			x = one(a, ops, d);
+			y = one(b, ops, d);
 		}
-		if (held) {
-			void *h = ops->get(d, p, len);
-
-			if (!h)
-				exit(4);
-			ops->put(d, h);
+		if (i >= warm) {
+			ta[i - warm] = x;
+			tb[i - warm] = y;
 		}
-		if (!pair)
-			t0 = now_ns();
-		if (ops && ops->invalidate)
-			ops->invalidate(d, p, len);
-		if (mall)
-			free(p);
-		else
-			munmap(p, len);
-		t1 = now_ns();
-		if (i >= warm)
-			t[i - warm] = t1 - t0;
-
 	}
-	qsort(t, iters, sizeof(*t), cmp_double);
-	m = t[iters / 2];
-
-	free(t);
-	return m;
+	while (nparked)
+		free(parked[--nparked]);
+	qsort(ta, iters, sizeof(*ta), cmp_double);
+	qsort(tb, iters, sizeof(*tb), cmp_double);
+	*ma = ta[iters / 2];
+	*mb = tb[iters / 2];
+	free(ta);
+	free(tb);
 }
 
 int unmap_child(const char *impl, uint64_t live, uint64_t iters, int fd)
@@ -157,13 +205,23 @@ int unmap_child(const char *impl, uint64_t live, uint64_t iters, int fd)
 		snprintf(r.source, sizeof(r.source), "%s", ops->event_source(d));
 		r.is_default = ops->is_default(d);
 	}
-	r.pair_mmap = timed(PAIR_MMAP, 0, ops, d, iters);
-	r.pair_malloc = timed(PAIR_MALLOC, 0, ops, d, iters);
-	r.munmap_cold = timed(MUNMAP, 0, ops, d, iters);
-	r.free_cold = timed(FREE, 0, ops, d, iters);
+	{
+		const struct op pair = { PAIR_MMAP, 0, 0 }, pair_raw = { PAIR_MMAP, 0, 1 },
+				un = { MUNMAP, 1, 0 }, un_raw = { MUNMAP, 0, 1 },
+				fr = { FREE, 1, 0 }, fr_cold = { FREE, 0, 0 },
+				mf = { PAIR_MALLOC, 0, 0 };
+		double unused;
+
+		interleaved(&pair, &pair_raw, ops, d, iters, &r.pair_mmap,
+			    &r.pair_raw);
+		interleaved(&un, &un_raw, ops, d, iters, &r.munmap_held,
+			    &r.munmap_raw);
+		interleaved(&fr, &fr_cold, ops, d, iters, &r.free_held,
+			    &r.free_cold);
+		interleaved(&mf, &mf, ops, d, iters / 2, &r.pair_malloc,
+			    &unused);
+	}
 	if (ops) {
-		r.munmap_held = timed(MUNMAP, 1, ops, d, iters);
-		r.free_held = timed(FREE, 1, ops, d, iters);
 		if (ops->unwatched(d))
 			snprintf(r.source + strlen(r.source),
 				 sizeof(r.source) - strlen(r.source),
@@ -230,8 +288,10 @@ void section_unmap(const char *self)
 	       "without a cache; every figure the median of %llu timed calls "
 	       "in one process, then the median of %d processes (run "
 	       "alternately);\nheld = the cache holds the memory (get+put "
-	       "before); pairs time both calls, the others the unmapping call "
-	       "alone\n\n", LIVE, (unsigned long long)opt.unmap_iters,
+	       "before); columns side by side were run interleaved; "
+	       "mmap+munmap and malloc+free time both calls, the others the "
+	       "unmapping call alone;\nraw = syscall(), past any hook (in "
+	       "libc's row, \"held\" is not held: no cache)\n\n", LIVE, (unsigned long long)opt.unmap_iters,
 	       opt.reps);
 	for (int rep = 0; rep < opt.reps; rep++)
 		for (size_t j = 0; j < n; j++) {
@@ -241,42 +301,32 @@ void section_unmap(const char *self)
 				      opt.unmap_iters, &runs[k][rep]))
 				die("unmap child", EIO);
 		}
-	printf("| process | mmap+munmap | malloc+free | munmap | free | munmap, "
-	       "held | free, held | source |\n"
-	       "|---|---:|---:|---:|---:|---:|---:|---|\n");
+	printf("| process | mmap+munmap: libc | raw | munmap: libc, held "
+	       "| raw, not held | free: held | not held | malloc+free | "
+	       "source |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
 	for (size_t k = 0; k < n; k++) {
 		struct unmap_result *m = &unmap_med[k];
-		double *f[6] = { &m->pair_mmap, &m->pair_malloc, &m->munmap_cold,
-				 &m->free_cold, &m->munmap_held, &m->free_held };
-		static const char *metric[6] = { "mmap+munmap", "malloc+free",
-						 "munmap", "free", "munmap-held",
-						 "free-held" };
+		static const char *metric[7] = { "mmap+munmap", "mmap+munmap-raw",
+						 "munmap-held", "munmap-raw",
+						 "free-held", "free-not-held",
+						 "malloc+free" };
 
 		*m = runs[k][0];
-		for (int i = 0; i < 6; i++) {
+		for (int i = 0; i < 7; i++) {
 			s.n = 0;
 			for (int rep = 0; rep < opt.reps; rep++) {
-				struct unmap_result *r = &runs[k][rep];
-				double *g[6] = { &r->pair_mmap, &r->pair_malloc,
-						 &r->munmap_cold, &r->free_cold,
-						 &r->munmap_held, &r->free_held };
-
-				add(&s, *g[i]);
-				m->is_default &= r->is_default;
+				add(&s, (&runs[k][rep].pair_mmap)[i]);
+				m->is_default &= runs[k][rep].is_default;
 			}
-			*f[i] = median(&s);
-			if (k || i < 4)
-				csv_row("unmap", metric[i], k ? LIVE : 0, 1,
-					impls[k], "ns", &s);
+			(&m->pair_mmap)[i] = median(&s);
+			csv_row("unmap", metric[i], k ? LIVE : 0, 1, impls[k],
+				"ns", &s);
 		}
-		printf("| %s | %.0f | %.0f | %.0f | %.0f | ", impls[k],
-		       m->pair_mmap, m->pair_malloc, m->munmap_cold, m->free_cold);
-		if (k)
-			printf("%.0f | %.0f | %s%s |\n", m->munmap_held,
-			       m->free_held, m->source,
-			       k == 1 && !m->is_default ? " (NOT DEFAULT)" : "");
-		else
-			printf("- | - | - |\n");
+		printf("| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | "
+		       "%s%s |\n", impls[k], m->pair_mmap, m->pair_raw,
+		       m->munmap_held, m->munmap_raw, m->free_held, m->free_cold,
+		       m->pair_malloc, k ? m->source : "-",
+		       k == 1 && !m->is_default ? " (NOT DEFAULT)" : "");
 	}
 	unmap_measured = 1;
 	fflush(stdout);
