@@ -255,11 +255,11 @@ void report(const char *const *names, size_t nimpl,
 		struct result (*r)[MAX_REPS] = runs;
 
 		sources(names, nimpl);
-		if (opt.sections & 1)
+		if (opt.sections & (1u << SEC_HIT))
 			hit_tables(names, nimpl, r, reps);
-		if (opt.sections & 2)
+		if (opt.sections & (1u << SEC_MISS))
 			miss_tables(names, nimpl, r, reps);
-		if (opt.sections & 4)
+		if (opt.sections & (1u << SEC_GROWTH))
 			growth_tables(names, nimpl, r, reps);
 	}
 	fflush(stdout);
@@ -298,14 +298,24 @@ static void unmap_row(const char *what, double m, double u, double target)
 	       source_cell(um->source, um->is_default));
 }
 
+/* A figure: whole numbers from 100 up, three significant digits below. */
+static const char *fig(char *buf, size_t n, double v)
+{
+	snprintf(buf, n, v >= 100 || v <= -100 ? "%.0f" : "%.3g", v);
+	return buf;
+}
+
 static void row(const char *what, int sec, double m, double u,
 		const char *target, int met)
 {
-	if (!m && !u)
+	char a[32], b[32];
+
+	/* Sections not run (--only), and rows not measured. */
+	if ((sec >= 0 && !(opt.sections & (1u << sec))) || (!m && !u))
 		return;
-	printf("| %s | %.4g | ", what, m);
+	printf("| %s | %s | ", what, fig(a, sizeof(a), m));
 	if (u)
-		printf("%.4g | %.2f | ", u, m / u);
+		printf("%s | %.2f | ", fig(b, sizeof(b), u), m / u);
 	else
 		printf("- | - | ");
 	printf("%s | %s | %s |\n", target, verdict(met, sec < 0 || med[M].is_default[sec]),
