@@ -96,7 +96,7 @@ struct drv_ops {
 	/* Tell the cache the range is going away (before munmap), if it
 	 * needs telling; NULL when its own event source covers it. */
 	void (*invalidate)(struct drv *d, void *addr, size_t len);
-	/* The hit loop, with direct calls (no function pointer per op). */
+	/* The hit loop, calling the cache directly (no drv_ops per op). */
 	void (*hit_loop)(struct drv *d, const struct hit_args *a);
 	uint64_t (*registrations)(struct drv *d);
 	uint64_t (*pages_registered)(struct drv *d);

@@ -53,13 +53,13 @@ static void *hit_thread_main(void *arg)
 
 /*
  * One repetition: nthreads threads, each nops hits. Returns ns per op per
- * thread (each thread's own time) and, in *agg, wall ns per op of all;
+ * thread (each thread's own time);
  * in *overlap, the threads' CPU time over the wall time (2.0: the two
  * threads ran side by side throughout; less: the machine was busy).
  */
 static double hit_rep(const struct drv_ops *ops, struct drv *d, char *base,
 		      uint64_t nregions, int nthreads, uint64_t seed,
-		      double *agg, double *overlap)
+		      double *overlap)
 {
 	struct hit_thread t[2];
 	pthread_t tid[2];
@@ -92,7 +92,6 @@ static double hit_rep(const struct drv_ops *ops, struct drv *d, char *base,
 		if (i == 0 || t[i].t1 > hi)
 			hi = t[i].t1;
 	}
-	*agg = (hi - lo) / (double)(opt.ops * (uint64_t)nthreads);
 	*overlap = cpu / (hi - lo);
 	return per / nthreads;
 }
@@ -147,12 +146,12 @@ static void hit_key_rows(const struct drv_ops *ops)
 	uint64_t n = 100000;
 	char *base = map_area(n * STRIDE);
 	struct drv *d = open_filled(ops, base, n);
-	double a, o;
+	double o;
 
 	hit_read_key = 1;
-	res.hit_key = hit_rep(ops, d, base, n, 1, 1, &a, &o);
+	res.hit_key = hit_rep(ops, d, base, n, 1, 1, &o);
 	hit_read_key = 0;
-	res.hit_nokey = hit_rep(ops, d, base, n, 1, 1, &a, &o);
+	res.hit_nokey = hit_rep(ops, d, base, n, 1, 1, &o);
 	res.unwatched += (double)ops->unwatched(d);
 	ops->close(d);
 	munmap(base, n * STRIDE);
@@ -172,10 +171,10 @@ void section_hit(const struct drv_ops *ops)
 		if (si == 0)
 			note_source(SEC_HIT, ops, d);
 		for (int th = 1; th <= opt.max_threads; th++) {
-			double a, o;
+			double o;
 
 			res.hit[si][th - 1] = hit_rep(ops, d, base, n, th, 1,
-						      &a, &o);
+						      &o);
 			if (th == 2)
 				res.hit_cpu[si] = o;
 		}
