@@ -96,59 +96,48 @@ struct drv_ops {
 	/* Tell the cache the range is going away (before munmap), if it
 	 * needs telling; NULL when its own event source covers it. */
 	void (*invalidate)(struct drv *d, void *addr, size_t len);
-	/* The hit loop, with direct calls (no function pointer per op). */
+	/* The hit loop, calling the cache directly (no drv_ops per op). */
 	void (*hit_loop)(struct drv *d, const struct hit_args *a);
 	uint64_t (*registrations)(struct drv *d);
 	uint64_t (*pages_registered)(struct drv *d);
 	/* The memory-event source in force, for the report. */
 	const char *(*event_source)(struct drv *d);
+	/* Nonzero when the cache runs in its default configuration
+	 * (libmrmgr: the patched libc watches it, no MRMGR_* set; UCX:
+	 * its UCM hooks deliver unmap events). */
+	int (*is_default)(struct drv *d);
+	/* Gets served uncached because no source watched the range. */
+	uint64_t (*unwatched)(struct drv *d);
 };
 
 extern const struct drv_ops mrmgr_drv;
+#ifdef HAVE_UCX
+extern const struct drv_ops ucx_drv;
+#endif
+
+/* compare_dev.c: the bench device on libmrmgr's device seam. */
+struct ibv_pd;
+int bdev_open(const struct cost_model *cost, struct ibv_pd **pd);
+void bdev_close(struct ibv_pd *pd);
+/* Registration calls (reg + translation-changing rereg) and pages. */
+void bdev_counts(struct ibv_pd *pd, uint64_t *regs, uint64_t *pages);
 
 /*
  * The simulated HCA alone: n registrations + deregistrations of len bytes
- * at p under the cost model, each timed; the median in ns.
+ * at p at zero modelled cost, in its default flags or with
+ * MRMGR_SIM_FLAG_NO_PIN, each timed; the median in ns.
  */
-double sim_reg_dereg_ns(const struct cost_model *cost, void *p, size_t len,
-			int n);
+double sim_reg_dereg_ns(void *p, size_t len, int n, int no_pin);
 
 /* qsort() order of doubles, ascending. */
 int cmp_double(const void *a, const void *b);
-#ifdef HAVE_UCX
-extern const struct drv_ops ucx_drv;
-/* UCX registering on the same simulated HCA as libmrmgr (miss section). */
-extern const struct drv_ops ucx_sim_drv;
-#endif
-
-/*
- * The issue's table, filled in by the sections and printed last: [0]
- * libmrmgr, [1] UCX; 0 when not measured.
- */
-struct summary {
-	double hit_key[2];         /* ns per get+lkey+put, 100,000 regions */
-	double hit_nokey[2];       /* the same without the key read */
-	double churn[2];           /* ns per op, 10 us + 100 ns/page */
-	double churn_over[2];      /* ns above the model per miss */
-	double churn_zero[2];      /* ns per op at zero registration cost */
-	double churn_zero_sim;     /* the same, UCX on the simulated HCA */
-	double miss_scale[2][3];   /* throughput of 2, 4 threads over 1 */
-	double miss_cpu[2];        /* 2 threads' CPU time over wall time */
-	double dbl_b2b_ns[2];      /* doubling, back to back: ns per step */
-	double dbl_b2b_pages[2];
-	double dbl_ns[2];          /* doubling, one buffer: ns per step */
-	double dbl_pages[2];
-	double lin_calls[2], lin_pages[2], lin_ns[2];
-	double sim_cost;           /* the simulated HCA's own reg+dereg */
-	const char *mrmgr_source;  /* memory-event source in force */
-};
-extern struct summary sum;
 
 /* ------------------------------------------------------ compare.c */
 
 #define REGION_LEN (64 * KiB)
 #define STRIDE (128 * KiB) /* a gap after each region: nothing merges */
 #define MAX_REPS 31
+#define NSIZES_MAX 6
 
 #ifdef HAVE_UCX
 #define NDRV_MAX 2
@@ -157,6 +146,31 @@ extern struct summary sum;
 #endif
 extern const struct drv_ops *drivers[NDRV_MAX]; /* the caches compared */
 extern size_t ndrv;
+
+/* Sections that run in the per-cache child processes. */
+enum { SEC_HIT, SEC_MISS, SEC_GROWTH, NSEC };
+
+/*
+ * What one child process measured for one cache (one repetition). The
+ * parent takes the median of each field over the repetitions.
+ */
+struct result {
+	/* the memory-event source in force, per section */
+	char source[NSEC][96];
+	int is_default[NSEC]; /* libmrmgr: patched libc, no MRMGR_* set */
+	double hit[NSIZES_MAX][2];     /* ns per get+put per thread, 1 / 2 */
+	double hit_cpu[NSIZES_MAX];    /* 2 threads' CPU time over wall */
+	double hit_key, hit_nokey;     /* 100,000 regions, 1 thread */
+	double churn, churn_over, churn_regs; /* 10 us + 100 ns/page */
+	double churn_zero, churn_zero_miss;   /* zero cost: per op, per miss */
+	double miss_tput[3], miss_cpu[3];     /* 1, 2, 4 threads */
+	double dbl_calls, dbl_pages, dbl_ns;  /* doubling, one buffer */
+	double b2b_calls, b2b_pages, b2b_ns;  /* doubling, 16 back to back */
+	double lin_calls, lin_pages, lin_ns;  /* 4 KiB x N */
+	double sim_cost[2];   /* libmrmgr child only: default, NO_PIN */
+	double unwatched;                     /* gets served uncached */
+};
+extern struct result res; /* the child's */
 
 struct options {
 	int reps;
@@ -168,8 +182,10 @@ struct options {
 	const char *csv, *plot;
 	int quick;
 	int max_threads;
+	int no_key_rows;       /* hit: leave out the key-read rows */
 };
 extern struct options opt;
+extern struct cost_model churn_cost;
 
 /* Repetitions of one measurement. */
 struct samples {
@@ -185,29 +201,49 @@ double smax(const struct samples *s);
 void csv_row(const char *section, const char *workload,
 	     unsigned long long param, int threads, const char *impl,
 	     const char *metric, const struct samples *s);
-void csv_value(const char *section, const char *workload,
-	       unsigned long long param, int threads, const char *impl,
-	       const char *metric, double v);
 
 /* Exit with a message. */
 void die(const char *what, int err) __attribute__((noreturn));
 /* Anonymous read-write memory, not reserved (most is never touched). */
 char *map_area(size_t len);
+/* The source string of a driver's cache into res.source[sec]. */
+void note_source(int sec, const struct drv_ops *ops, struct drv *d);
 
-/* compare_hit.c: the hit section; --regions sets its region counts. */
-void section_hit(void);
+/* compare_hit.c: the hit section of one cache; --regions sets its sizes. */
+void section_hit(const struct drv_ops *ops);
 void hit_set_sizes(const char *list);
+extern uint64_t hit_sizes[NSIZES_MAX];
+extern size_t nsizes;
+int hit_in_table(uint64_t r);
 
-/* compare_unmap.c: the unmap section; run in child processes. */
+/* compare_miss.c: the miss and growth sections of one cache. */
+void section_miss(const struct drv_ops *ops);
+void section_growth(const struct drv_ops *ops);
+
+/* compare_report.c: the parent's tables from the children's results. */
+void report(const char *const *names, size_t nimpl,
+	    struct result (*runs)[MAX_REPS], int reps);
+
+/* compare_unmap.c: the unmap section; each figure from a fresh process. */
 struct unmap_result {
-	double ns_pair;     /* mmap + munmap */
-	double ns_get_pair; /* mmap + get + put + munmap */
+	double pair_mmap;   /* mmap + munmap through libc, memory not held */
+	double pair_raw;    /* the same through syscall(), interleaved */
+	double munmap_held; /* munmap through libc of memory the cache holds */
+	double munmap_raw;  /* raw munmap of memory not held, interleaved */
+	double free_held;   /* free of an mmap'd chunk the cache holds */
+	double free_cold;   /* free of one it does not hold, interleaved */
+	double pair_malloc; /* malloc + free of an mmap'd chunk, not held */
 	char source[96];    /* invalidation source in force */
+	int is_default;
 };
-/* In a child: measure impl ("raw", "libc", "libmrmgr", "ucx"). */
+/* In a child: measure impl ("libc", "libmrmgr", "ucx"). */
 int unmap_child(const char *impl, uint64_t live, uint64_t iters, int fd);
-/* In the parent: run the child by re-executing self; 0 or -1. */
-int unmap_run(const char *self, const char *impl, uint64_t live,
-	      uint64_t iters, struct unmap_result *res);
+/* The whole section: children alternating, medians, the table; the
+ * medians of libc, libmrmgr, UCX in unmap_med[] for the summary. */
+void section_unmap(const char *self);
+extern struct unmap_result unmap_med[3];
+extern int unmap_measured;
+/* compare_report.c: the summary table, last. */
+void print_summary(void);
 
 #endif /* BENCH_COMPARE_H */

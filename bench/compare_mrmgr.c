@@ -1,8 +1,9 @@
 /*
- * bench/compare: the libmrmgr driver. A simulated HCA that pins nothing
- * (MRMGR_SIM_FLAG_NO_PIN: registration checks the range is mapped, then
- * busy-waits the cost model) under a cache with the given limits and
- * otherwise default settings.
+ * bench/compare: the libmrmgr driver. A cache with the given limits and
+ * otherwise default settings, on the bench device (compare_dev.c: it
+ * busy-waits the cost model and registers nothing, as the UCX driver's
+ * callback does). The simulated HCA only appears in sim_reg_dereg_ns(),
+ * the row of its own cost.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -21,13 +22,24 @@
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
 		IBV_ACCESS_REMOTE_READ)
 
+extern char **environ;
+
 struct drv {
-	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	mrmgr_cache_t *cache;
 	int watched;      /* a memory-event source covers the cache */
-	char source[96];  /* what reports unmaps, for the report */
+	int patched;      /* ... and it is the patched libc */
+	char source[160]; /* what reports unmaps, for the report */
 };
+
+/* Whether any MRMGR_* variable is set: then this is not the default. */
+static const char *mrmgr_env(void)
+{
+	for (char **e = environ; *e; e++)
+		if (!strncmp(*e, "MRMGR_", 6))
+			return *e;
+	return NULL;
+}
 
 /* Which invalidation source is in force for the cache. */
 static void find_source(struct drv *d)
@@ -35,14 +47,23 @@ static void find_source(struct drv *d)
 #if HAVE_DECL_MRMGR_CACHE_QUERY_MONITOR
 	struct mrmgr_monitor_info mi;
 
+	memset(&mi, 0, sizeof(mi));
 	if (!mrmgr_cache_query_monitor(d->cache, &mi, sizeof(mi)) &&
 	    (mi.sources & (MRMGR_MONITOR_SRC_UFFD | MRMGR_MONITOR_SRC_HOOKS |
 			   MRMGR_MONITOR_SRC_PATCH))) {
 		d->watched = 1;
-		snprintf(d->source, sizeof(d->source), "monitor: %s%s%s",
-			 mi.sources & MRMGR_MONITOR_SRC_UFFD ? "userfaultfd " : "",
+		d->patched = !!(mi.sources & MRMGR_MONITOR_SRC_PATCH);
+		snprintf(d->source, sizeof(d->source), "%s%s%s",
+			 mi.sources & MRMGR_MONITOR_SRC_PATCH ? "patched libc " : "",
 			 mi.sources & MRMGR_MONITOR_SRC_HOOKS ? "libmrmgr_hooks.so " : "",
-			 mi.sources & MRMGR_MONITOR_SRC_PATCH ? "patched libc" : "");
+			 mi.sources & MRMGR_MONITOR_SRC_UFFD ? "userfaultfd " : "");
+		d->source[strlen(d->source) - 1] = '\0';
+		return;
+	}
+	if (mi.patch_error) {
+		snprintf(d->source, sizeof(d->source),
+			 "none: libc not patched (%s); mrmgr_invalidate() "
+			 "before munmap", strerror(mi.patch_error));
 		return;
 	}
 #endif
@@ -55,14 +76,6 @@ static void find_source(struct drv *d)
 static int m_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
 		  const struct cost_model *cost)
 {
-	struct mrmgr_sim_attr sa = {
-		.comp_mask = MRMGR_SIM_ATTR_FLAGS | MRMGR_SIM_ATTR_MEMLOCK |
-			     MRMGR_SIM_ATTR_COST,
-		.flags = MRMGR_SIM_FLAG_NO_PIN,
-		.memlock_bytes = UINT64_MAX,
-		.reg_ns = cost->reg_ns,
-		.reg_ns_per_page = cost->reg_ns_per_page,
-	};
 	struct mrmgr_cache_attr ca = {
 		.comp_mask = MRMGR_CACHE_ATTR_MAX_REGIONS |
 			     MRMGR_CACHE_ATTR_MAX_BYTES,
@@ -74,19 +87,15 @@ static int m_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
 
 	if (!d)
 		return ENOMEM;
-	if ((ret = mrmgr_sim_open(&sa, &d->ctx)))
+	if ((ret = bdev_open(cost, &d->pd)))
 		goto out;
-	if ((ret = mrmgr_sim_alloc_pd(d->ctx, &d->pd)))
-		goto out_ctx;
 	if ((ret = mrmgr_cache_create(d->pd, &ca, &d->cache)))
 		goto out_pd;
 	find_source(d);
 	*dp = d;
 	return 0;
 out_pd:
-	mrmgr_sim_dealloc_pd(d->pd);
-out_ctx:
-	mrmgr_sim_close(d->ctx);
+	bdev_close(d->pd);
 out:
 	free(d);
 	return ret;
@@ -95,8 +104,7 @@ out:
 static void m_close(struct drv *d)
 {
 	mrmgr_cache_destroy(d->cache);
-	mrmgr_sim_dealloc_pd(d->pd);
-	mrmgr_sim_close(d->ctx);
+	bdev_close(d->pd);
 	free(d);
 }
 
@@ -140,21 +148,22 @@ static void m_hit_loop(struct drv *d, const struct hit_args *a)
 	((struct hit_args *)a)->sink = key;
 }
 
-/* Registration calls: ibv_reg_mr, and ibv_rereg_mr that grew a region. */
+/* Registration calls (reg, and rereg that changed the translation) and
+ * pages, as the device counted them. */
 static uint64_t m_registrations(struct drv *d)
 {
-	struct mrmgr_stats st;
+	uint64_t regs, pages;
 
-	mrmgr_cache_query_stats(d->cache, &st, sizeof(st));
-	return st.registrations + st.rereg_successes;
+	bdev_counts(d->pd, &regs, &pages);
+	return regs;
 }
 
 static uint64_t m_pages(struct drv *d)
 {
-	struct mrmgr_stats st;
+	uint64_t regs, pages;
 
-	mrmgr_cache_query_stats(d->cache, &st, sizeof(st));
-	return st.pages_registered;
+	bdev_counts(d->pd, &regs, &pages);
+	return pages;
 }
 
 static const char *m_source(struct drv *d)
@@ -162,16 +171,30 @@ static const char *m_source(struct drv *d)
 	return d->source;
 }
 
-double sim_reg_dereg_ns(const struct cost_model *cost, void *p, size_t len,
-			int n)
+static int m_is_default(struct drv *d)
+{
+	return d->patched && !mrmgr_env();
+}
+
+static uint64_t m_unwatched(struct drv *d)
+{
+#if HAVE_DECL_MRMGR_CACHE_QUERY_MONITOR
+	struct mrmgr_monitor_info mi;
+
+	memset(&mi, 0, sizeof(mi));
+	if (!mrmgr_cache_query_monitor(d->cache, &mi, sizeof(mi)))
+		return mi.unwatched;
+#endif
+	(void)d;
+	return 0;
+}
+
+double sim_reg_dereg_ns(void *p, size_t len, int n, int no_pin)
 {
 	struct mrmgr_sim_attr sa = {
-		.comp_mask = MRMGR_SIM_ATTR_FLAGS | MRMGR_SIM_ATTR_MEMLOCK |
-			     MRMGR_SIM_ATTR_COST,
-		.flags = MRMGR_SIM_FLAG_NO_PIN,
+		.comp_mask = MRMGR_SIM_ATTR_FLAGS | MRMGR_SIM_ATTR_MEMLOCK,
+		.flags = no_pin ? MRMGR_SIM_FLAG_NO_PIN : 0,
 		.memlock_bytes = UINT64_MAX,
-		.reg_ns = cost->reg_ns,
-		.reg_ns_per_page = cost->reg_ns_per_page,
 	};
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -207,4 +230,6 @@ const struct drv_ops mrmgr_drv = {
 	.registrations = m_registrations,
 	.pages_registered = m_pages,
 	.event_source = m_source,
+	.is_default = m_is_default,
+	.unwatched = m_unwatched,
 };

@@ -3,45 +3,81 @@
  * Debian 12), driven the way UCX's own memory domains drive it: page
  * alignment, LRU limits, its UCM memory hooks delivering
  * UCM_EVENT_VM_UNMAPPED, and a registration callback that busy-waits the
- * same cost model as the simulated HCA (and registers nothing).
+ * same cost model as libmrmgr's bench device (and registers nothing).
+ *
+ * libucs is loaded with dlopen() when a UCX cache is first opened, never
+ * linked: loading libucm patches libc's memory entry points at once (its
+ * constructor), and libmrmgr's default memory-event source, which patches
+ * them too, then steps aside. The libmrmgr processes must not have it.
+ * The four calls go through pointers, as through the PLT.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "config.h"
 
 #ifdef HAVE_UCX
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
-#include <mrmgr/mrmgr.h>
-#include <mrmgr/sim.h>
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
 
 #include "compare.h"
 
 #define PROT (PROT_READ | PROT_WRITE)
-#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
-		IBV_ACCESS_REMOTE_READ)
+
+static struct {
+	ucs_status_t (*create)(const ucs_rcache_params_t *params,
+			       const char *name, ucs_stats_node_t *stats_parent,
+			       ucs_rcache_t **rcache_p);
+	void (*destroy)(ucs_rcache_t *rcache);
+	ucs_status_t (*get)(ucs_rcache_t *rcache, void *address, size_t length,
+			    int prot, void *arg, ucs_rcache_region_t **region_p);
+	void (*put)(ucs_rcache_t *rcache, ucs_rcache_region_t *region);
+} ucs;
+
+/* Load libucs (and with it libucm) into this process; 0 or EIO. */
+static int load_ucs(void)
+{
+	void *h;
+
+	if (ucs.create)
+		return 0;
+	h = dlopen("libucs.so.0", RTLD_NOW | RTLD_GLOBAL);
+	if (!h)
+		h = dlopen("libucs.so", RTLD_NOW | RTLD_GLOBAL);
+	if (!h) {
+		fprintf(stderr, "compare: loading libucs: %s\n", dlerror());
+		return EIO;
+	}
+	*(void **)&ucs.destroy = dlsym(h, "ucs_rcache_destroy");
+	*(void **)&ucs.get = dlsym(h, "ucs_rcache_get");
+	*(void **)&ucs.put = dlsym(h, "ucs_rcache_region_put");
+	*(void **)&ucs.create = dlsym(h, "ucs_rcache_create");
+	if (!ucs.destroy || !ucs.get || !ucs.put || !ucs.create) {
+		fprintf(stderr, "compare: libucs lacks the rcache calls\n");
+		ucs.create = NULL;
+		return EIO;
+	}
+	return 0;
+}
 
 struct drv {
 	ucs_rcache_t *rc;
 	struct cost_model cost;
 	uint64_t regs, pages;
 	int events; /* UCM delivers unmap events */
-	/* "UCX+sim": registrations go to a simulated HCA like libmrmgr's */
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
 };
 
-/* A region and the simulated MR behind it. */
+/* A region and what a UCX transport keeps in its memh. */
 struct u_region {
 	ucs_rcache_region_t super;
-	struct ibv_mr *mr;
-	uint32_t lkey; /* what a UCX transport keeps in its memh */
+	uint32_t lkey;
 };
 
 static ucs_status_t u_mem_reg(void *context, ucs_rcache_t *rc, void *arg,
@@ -53,18 +89,8 @@ static ucs_status_t u_mem_reg(void *context, ucs_rcache_t *rc, void *arg,
 	(void)rc;
 	(void)arg;
 	(void)flags;
-	if (d->pd) {
-		struct u_region *ur = (struct u_region *)region;
-
-		if (mrmgr_sim_reg_mr(d->pd, (void *)region->super.start, len,
-				     ACCESS, &ur->mr))
-			return UCS_ERR_IO_ERROR;
-		ur->lkey = ur->mr->lkey;
-	} else {
-		busy_wait_ns(model_ns(&d->cost, len));
-		((struct u_region *)region)->lkey =
-			(uint32_t)(region->super.start >> 12);
-	}
+	busy_wait_ns(model_ns(&d->cost, len));
+	((struct u_region *)region)->lkey = (uint32_t)(region->super.start >> 12);
 	d->regs++; /* called under the rcache's write lock */
 	d->pages += len / PG;
 	return UCS_OK;
@@ -73,11 +99,9 @@ static ucs_status_t u_mem_reg(void *context, ucs_rcache_t *rc, void *arg,
 static void u_mem_dereg(void *context, ucs_rcache_t *rc,
 			ucs_rcache_region_t *region)
 {
-	struct drv *d = context;
-
+	(void)context;
 	(void)rc;
-	if (d->pd)
-		mrmgr_sim_dereg_mr(((struct u_region *)region)->mr);
+	(void)region;
 }
 
 static void u_dump(void *context, ucs_rcache_t *rc,
@@ -96,9 +120,8 @@ static const ucs_rcache_ops_t u_ops = {
 	.dump_region = u_dump,
 };
 
-static int open_common(struct drv **dp, uint64_t max_regions,
-		       uint64_t max_bytes, const struct cost_model *cost,
-		       int sim)
+static int u_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
+		  const struct cost_model *cost)
 {
 	ucs_rcache_params_t p;
 	struct drv *d = calloc(1, sizeof(*d));
@@ -106,24 +129,11 @@ static int open_common(struct drv **dp, uint64_t max_regions,
 
 	if (!d)
 		return ENOMEM;
-	d->cost = *cost;
-	if (sim) {
-		struct mrmgr_sim_attr sa = {
-			.comp_mask = MRMGR_SIM_ATTR_FLAGS |
-				     MRMGR_SIM_ATTR_MEMLOCK |
-				     MRMGR_SIM_ATTR_COST,
-			.flags = MRMGR_SIM_FLAG_NO_PIN,
-			.memlock_bytes = UINT64_MAX,
-			.reg_ns = cost->reg_ns,
-			.reg_ns_per_page = cost->reg_ns_per_page,
-		};
-		int ret = mrmgr_sim_open(&sa, &d->ctx);
-
-		if (ret || (ret = mrmgr_sim_alloc_pd(d->ctx, &d->pd))) {
-			free(d);
-			return ret;
-		}
+	if (load_ucs()) {
+		free(d);
+		return EIO;
 	}
+	d->cost = *cost;
 	memset(&p, 0, sizeof(p));
 	p.region_struct_size = sizeof(struct u_region);
 	p.alignment = PG;
@@ -136,13 +146,13 @@ static int open_common(struct drv **dp, uint64_t max_regions,
 	p.max_regions = max_regions > ULONG_MAX ? ULONG_MAX : max_regions;
 	p.max_size = max_bytes > SIZE_MAX ? SIZE_MAX : max_bytes;
 	p.max_unreleased = SIZE_MAX;
-	st = ucs_rcache_create(&p, "bench", NULL, &d->rc);
+	st = ucs.create(&p, "bench", NULL, &d->rc);
 	d->events = st == UCS_OK;
 	if (st != UCS_OK) {
 		/* No memory hooks here (under valgrind UCM installs none):
 		 * the same cache without events, for instruction counts. */
 		p.ucm_events = 0;
-		st = ucs_rcache_create(&p, "bench", NULL, &d->rc);
+		st = ucs.create(&p, "bench", NULL, &d->rc);
 	}
 	if (st != UCS_OK) {
 		free(d);
@@ -152,25 +162,9 @@ static int open_common(struct drv **dp, uint64_t max_regions,
 	return 0;
 }
 
-static int u_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
-		  const struct cost_model *cost)
-{
-	return open_common(dp, max_regions, max_bytes, cost, 0);
-}
-
-static int us_open(struct drv **dp, uint64_t max_regions, uint64_t max_bytes,
-		   const struct cost_model *cost)
-{
-	return open_common(dp, max_regions, max_bytes, cost, 1);
-}
-
 static void u_close(struct drv *d)
 {
-	ucs_rcache_destroy(d->rc);
-	if (d->pd) {
-		mrmgr_sim_dealloc_pd(d->pd);
-		mrmgr_sim_close(d->ctx);
-	}
+	ucs.destroy(d->rc);
 	free(d);
 }
 
@@ -178,13 +172,13 @@ static void *u_get(struct drv *d, void *addr, size_t len)
 {
 	ucs_rcache_region_t *r;
 
-	return ucs_rcache_get(d->rc, addr, len, PROT, NULL, &r) == UCS_OK ? r
+	return ucs.get(d->rc, addr, len, PROT, NULL, &r) == UCS_OK ? r
 									  : NULL;
 }
 
 static void u_put(struct drv *d, void *h)
 {
-	ucs_rcache_region_put(d->rc, h);
+	ucs.put(d->rc, h);
 }
 
 static void u_hit_loop(struct drv *d, const struct hit_args *a)
@@ -199,12 +193,12 @@ static void u_hit_loop(struct drv *d, const struct hit_args *a)
 			  rng_below(r << 32, pages) * PG;
 		ucs_rcache_region_t *reg;
 
-		if (__builtin_expect(ucs_rcache_get(rc, p, PG, PROT, NULL,
+		if (__builtin_expect(ucs.get(rc, p, PG, PROT, NULL,
 						    &reg) != UCS_OK, 0))
 			abort();
 		if (a->read_key)
 			key += ((struct u_region *)reg)->lkey;
-		ucs_rcache_region_put(rc, reg);
+		ucs.put(rc, reg);
 	}
 	((struct hit_args *)a)->sink = key;
 }
@@ -225,18 +219,16 @@ static const char *u_source(struct drv *d)
 			 : "none (UCM could not install its hooks)";
 }
 
-const struct drv_ops ucx_sim_drv = {
-	.name = "UCX+sim",
-	.open = us_open,
-	.close = u_close,
-	.get = u_get,
-	.put = u_put,
-	.invalidate = NULL,
-	.hit_loop = u_hit_loop,
-	.registrations = u_registrations,
-	.pages_registered = u_pages,
-	.event_source = u_source,
-};
+static int u_is_default(struct drv *d)
+{
+	return d->events;
+}
+
+static uint64_t u_unwatched(struct drv *d)
+{
+	(void)d;
+	return 0;
+}
 
 const struct drv_ops ucx_drv = {
 	.name = "UCX",
@@ -249,5 +241,7 @@ const struct drv_ops ucx_drv = {
 	.registrations = u_registrations,
 	.pages_registered = u_pages,
 	.event_source = u_source,
+	.is_default = u_is_default,
+	.unwatched = u_unwatched,
 };
 #endif /* HAVE_UCX */
