@@ -140,6 +140,8 @@ static void fd_put(long n)
 
 void mrmgr__sim_pages_release(struct mrmgr__sim_mr *m)
 {
+	if (!m->npipes && !m->pipes && !m->pfns)
+		return; /* NO_PIN, or not held: no shared counter to touch */
 	for (uint32_t i = 0; i < m->npipes; i++)
 		close(m->pipes[i]);
 	fd_put(m->npipes);
