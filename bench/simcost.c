@@ -11,8 +11,9 @@
  *
  * Rows: NO_PIN (the mapping check only), pinned (populate, hold the
  * pages, record their PFNs: the default device), pinned on the rxe
- * personality (no export table), and NO_PIN from 2 threads on one device
- * (throughput over 1 thread's). Each figure is the median over the
+ * personality (random key bytes), and NO_PIN from 2 threads on one
+ * device (throughput over 1 thread's; needs two free CPUs to mean
+ * anything). Each figure is the median over the
  * repetitions of the mean ns per pair, in wall time and in the thread's
  * CPU time (which a loaded machine inflates less); the pair is the same
  * region each time, resident, as a cache's miss on a reused buffer sees
