@@ -73,32 +73,53 @@ static const struct mrmgr__sim_personality personalities[] = {
 /*
  * Registry of open devices. A pointer can only be recognised as ours by
  * looking it up: peeking at a magic number next to a real libibverbs
- * context would read someone else's memory. Few devices are ever open and
- * lookups happen at cache creation and per sim call, so a locked array is
- * cheap enough.
+ * context would read someone else's memory. Every sim call looks its
+ * device up, so lookups take no lock: the slots are read with acquire
+ * loads, opens and closes (under registry_lock) store them with release.
+ * A full array is replaced by a larger copy and kept (a lookup may still
+ * be scanning it), so the arrays ever made stay allocated, on a chain;
+ * they add up to less than twice the most devices open at once.
  */
+struct registry {
+	struct registry *older; /* the arrays this one replaced */
+	size_t cap;
+	struct mrmgr__sim_ctx *slot[];
+};
+
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct mrmgr__sim_ctx **registry;
-static size_t registry_len, registry_cap;
+static struct registry *registry;
+static size_t registry_hi; /* slots at or above are NULL */
 static unsigned int device_counter; /* unique name index per open */
 
 static int registry_add(struct mrmgr__sim_ctx *sctx)
 {
+	struct registry *r;
+	size_t i;
 	int ret = 0;
 
 	pthread_mutex_lock(&registry_lock);
-	if (registry_len == registry_cap) {
-		size_t cap = registry_cap ? registry_cap * 2 : 8;
-		void *v = realloc(registry, cap * sizeof(*registry));
+	r = registry;
+	for (i = 0; r && i < registry_hi; i++)
+		if (!r->slot[i])
+			break;
+	if (!r || i == r->cap) {
+		size_t cap = r ? r->cap * 2 : 8;
+		struct registry *n = calloc(1, sizeof(*n) + cap * sizeof(n->slot[0]));
 
-		if (!v) {
+		if (!n) {
 			ret = ENOMEM;
 			goto out;
 		}
-		registry = v;
-		registry_cap = cap;
+		n->cap = cap;
+		n->older = r;
+		for (size_t j = 0; r && j < r->cap; j++)
+			n->slot[j] = r->slot[j];
+		__atomic_store_n(&registry, n, __ATOMIC_RELEASE);
+		r = n;
 	}
-	registry[registry_len++] = sctx;
+	__atomic_store_n(&r->slot[i], sctx, __ATOMIC_RELEASE);
+	if (i == registry_hi)
+		__atomic_store_n(&registry_hi, i + 1, __ATOMIC_RELEASE);
 out:
 	pthread_mutex_unlock(&registry_lock);
 	return ret;
@@ -106,31 +127,41 @@ out:
 
 static void registry_del(struct mrmgr__sim_ctx *sctx)
 {
+	struct registry *r;
+	size_t hi;
+
 	pthread_mutex_lock(&registry_lock);
-	for (size_t i = 0; i < registry_len; i++) {
-		if (registry[i] == sctx) {
-			registry[i] = registry[--registry_len];
+	r = registry;
+	hi = registry_hi;
+	for (size_t i = 0; r && i < hi; i++) {
+		if (r->slot[i] == sctx) {
+			__atomic_store_n(&r->slot[i], NULL, __ATOMIC_RELEASE);
 			break;
 		}
 	}
+	while (hi && !r->slot[hi - 1])
+		hi--;
+	__atomic_store_n(&registry_hi, hi, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&registry_lock);
 }
 
 static struct mrmgr__sim_ctx *registry_find(const struct ibv_context *ctx)
 {
-	struct mrmgr__sim_ctx *found = NULL;
+	struct registry *r = __atomic_load_n(&registry, __ATOMIC_ACQUIRE);
+	size_t hi = __atomic_load_n(&registry_hi, __ATOMIC_ACQUIRE);
 
-	if (!ctx)
+	if (!ctx || !r)
 		return NULL;
-	pthread_mutex_lock(&registry_lock);
-	for (size_t i = 0; i < registry_len; i++) {
-		if (&registry[i]->ibctx == ctx) {
-			found = registry[i];
-			break;
-		}
+	if (hi > r->cap) /* grown since r was read */
+		hi = r->cap;
+	for (size_t i = 0; i < hi; i++) {
+		struct mrmgr__sim_ctx *s = __atomic_load_n(&r->slot[i],
+							   __ATOMIC_ACQUIRE);
+
+		if (s && &s->ibctx == ctx)
+			return s;
 	}
-	pthread_mutex_unlock(&registry_lock);
-	return found;
+	return NULL;
 }
 
 int mrmgr__sim_is_context(const struct ibv_context *ctx)
@@ -445,6 +476,7 @@ MRMGR_EXPORT int mrmgr_sim_inject_fault(struct ibv_context *ctx,
 		s->seen = 0;
 		s->fired = 0;
 		s->armed = 1;
+		sctx->narmed++;
 		ret = 0;
 		break;
 	}
@@ -460,6 +492,7 @@ MRMGR_EXPORT int mrmgr_sim_clear_faults(struct ibv_context *ctx)
 		return EINVAL;
 	pthread_mutex_lock(&sctx->lock);
 	memset(sctx->faults, 0, sizeof(sctx->faults));
+	sctx->narmed = 0;
 	pthread_mutex_unlock(&sctx->lock);
 	return 0;
 }
@@ -476,6 +509,8 @@ int mrmgr__sim_fault_check_code(struct mrmgr__sim_ctx *sctx, uint32_t op,
 {
 	int err = 0;
 
+	if (!sctx->narmed) /* the common case: nothing to scan */
+		return 0;
 	/*
 	 * Slots are scanned in index order, and a freed slot is refilled
 	 * first, so "first" means lowest slot. Every matching fault counts
@@ -496,8 +531,10 @@ int mrmgr__sim_fault_check_code(struct mrmgr__sim_ctx *sctx, uint32_t op,
 		if (rereg_code)
 			*rereg_code = s->f.rereg_code;
 		s->fired++;
-		if (s->f.count && s->fired >= s->f.count)
+		if (s->f.count && s->fired >= s->f.count) {
 			s->armed = 0;
+			sctx->narmed--;
+		}
 	}
 	if (err)
 		sctx->stats.faults_injected++;

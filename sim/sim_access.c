@@ -140,6 +140,8 @@ static void fd_put(long n)
 
 void mrmgr__sim_pages_release(struct mrmgr__sim_mr *m)
 {
+	if (!m->npipes && !m->pipes && !m->pfns)
+		return; /* NO_PIN, or not held: no shared counter to touch */
 	for (uint32_t i = 0; i < m->npipes; i++)
 		close(m->pipes[i]);
 	fd_put(m->npipes);
@@ -168,7 +170,8 @@ static int add_pipe(struct mrmgr__sim_mr *m, int fd)
  */
 static unsigned int pipe_max_pages = SIM_PIPE_MAX_PAGES;
 
-/* Grow a pipe toward want pages; returns the capacity it got, in pages. */
+/* Grow a pipe toward want pages; returns its capacity in pages (the
+ * default when it was not grown). */
 static uint64_t pipe_grow(int wfd, uint64_t want)
 {
 	uint64_t max = __atomic_load_n(&pipe_max_pages, __ATOMIC_RELAXED);
@@ -178,15 +181,21 @@ static uint64_t pipe_grow(int wfd, uint64_t want)
 	while (pages < want && pages < max)
 		pages <<= 1;
 	for (; pages > SIM_PIPE_DEF_PAGES; pages >>= 1) {
-		if (fcntl(wfd, F_SETPIPE_SZ, (int)(pages * PAGE)) >= 0)
-			break;
+		sz = fcntl(wfd, F_SETPIPE_SZ, (int)(pages * PAGE));
+		if (sz > 0)
+			return (uint64_t)sz / PAGE;
 		/* EPERM is policy and stays; ENOMEM may pass, so retry later. */
 		if (errno == EPERM)
 			__atomic_store_n(&pipe_max_pages, (unsigned int)(pages / 2),
 					 __ATOMIC_RELAXED);
 	}
-	sz = fcntl(wfd, F_GETPIPE_SZ);
-	return sz > 0 ? (uint64_t)sz / PAGE : SIM_PIPE_DEF_PAGES;
+	/*
+	 * The default size, not asked for (a system call per registration):
+	 * a pipe the kernel made smaller (pipe-user-pages-soft exceeded)
+	 * takes fewer pages per vmsplice(), and the caller moves on to
+	 * another pipe when it is full, so the guess costs nothing.
+	 */
+	return SIM_PIPE_DEF_PAGES;
 }
 
 /*

@@ -158,10 +158,13 @@ struct mrmgr__sim_ctx {
 	uint32_t rng;            /* rxe-style random byte */
 
 	uint64_t mrs;            /* live and in-flight MRs */
+	/* The last deregistered MR's object, for the next registration. */
+	struct mrmgr__sim_mr *spare;
 	uint32_t next_pd_handle, next_mr_handle;
 	int warned_unverified;
 
 	struct mrmgr__sim_fault_slot faults[MRMGR__SIM_MAX_FAULTS];
+	uint32_t narmed;         /* armed slots in faults[] */
 	struct mrmgr_sim_stats stats;
 
 	/* sim_share.c: the export table behind cmd_fd (a device of this

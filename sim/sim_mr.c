@@ -109,6 +109,8 @@ struct mrmgr__sim_mr *mrmgr__sim_mr_by_rkey(struct mrmgr__sim_ctx *s,
 
 void mrmgr__sim_keys_fini(struct mrmgr__sim_ctx *s)
 {
+	free(s->spare);
+	s->spare = NULL;
 	free(s->slots);
 	s->slots = NULL;
 	s->nslots = 0;
@@ -247,6 +249,17 @@ static void unshare_for_ro_pin(uint64_t va, uint64_t npages)
 }
 
 /*
+ * Whether [va, va+len) is mapped, for NO_PIN: msync(MS_ASYNC) only walks
+ * the VMAs and fails with ENOMEM on a hole, one system call that costs
+ * the same for 4 KiB and 1 TiB, unlike populating. It cannot see
+ * protections, so NO_PIN does not catch write access to read-only memory.
+ */
+static int map_check(uint64_t va, uint64_t len)
+{
+	return msync((void *)(uintptr_t)va, len, MS_ASYNC) == 0;
+}
+
+/*
  * The pinning model. Returns 0 or EFAULT; *unverified is set when the
  * pages were pinned but their identity cannot be checked later.
  */
@@ -259,13 +272,7 @@ static int pin_pages(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m,
 
 	*unverified = 0;
 	if (s->flags & MRMGR_SIM_FLAG_NO_PIN) {
-		/*
-		 * msync(MS_ASYNC) only walks the VMAs and fails with ENOMEM
-		 * on a hole: a mapping check that costs the same for 4 KiB
-		 * and 1 TiB, unlike populating. It cannot see protections,
-		 * so NO_PIN does not catch write access to read-only memory.
-		 */
-		if (msync((void *)(uintptr_t)m->span, len, MS_ASYNC) == 0)
+		if (map_check(m->span, len))
 			return 0;
 		mrmgr__dbg("sim_reg_mr: %#llx+%llu not mapped",
 			   (unsigned long long)m->span, (unsigned long long)len);
@@ -315,61 +322,67 @@ static void busy_wait(uint64_t ns)
 
 /* ---------------------------------------------------------- reg/dereg */
 
-MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
-				  size_t length, unsigned int access,
-				  struct ibv_mr **mr)
+/*
+ * The MR object for a registration: the one the device's last
+ * deregistration left (malloc and free cost about as much as the rest of
+ * a reg + dereg), else a new one. Lock held.
+ */
+static struct mrmgr__sim_mr *mr_get(struct mrmgr__sim_ctx *s)
 {
-	struct mrmgr__sim_pd *spd;
-	struct mrmgr__sim_ctx *s;
-	struct mrmgr__sim_mr *m;
-	uint64_t bytes;
-	int ret, unverified = 0;
+	struct mrmgr__sim_mr *m = s->spare;
 
-	if (!mr) {
-		mrmgr__warn("sim_reg_mr: NULL mr");
-		return EINVAL;
-	}
-	spd = mrmgr__sim_pd_get(pd);
-	if (!spd)
-		return EINVAL;
-	if (access & IBV_ACCESS_ON_DEMAND)
-		return mrmgr__sim_reg_odp(spd, addr, length, access, mr);
-	s = spd->sctx;
-	ret = check_reg(s, addr, length, access);
-	m = ret ? NULL : calloc(1, sizeof(*m));
-	if (!ret && !m)
-		ret = ENOMEM;
-	if (ret) {
-		pthread_mutex_lock(&s->lock);
-		s->stats.reg_failures++;
-		pthread_mutex_unlock(&s->lock);
-		return ret;
-	}
-	m->spd = spd;
-	m->access = access;
-	m->span = (uintptr_t)addr & ~(PAGE - 1);
-	bytes = (((uintptr_t)addr + length + PAGE - 1) & ~(PAGE - 1)) - m->span;
-	m->npages = bytes / PAGE;
+	if (!m)
+		return calloc(1, sizeof(*m));
+	s->spare = NULL;
+	memset(m, 0, sizeof(*m));
+	return m;
+}
 
-	/*
-	 * Reserve the slot, the MR count and the budget first, as the
-	 * kernel charges pinned_vm before pinning: over budget is ENOMEM
-	 * even for memory that would also fault.
-	 */
-	pthread_mutex_lock(&s->lock);
+/* Keep m for the next registration, or free it. Lock held. */
+static void mr_put(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m)
+{
+	if (!s->spare)
+		s->spare = m;
+	else
+		free(m);
+}
+
+/*
+ * Reserve what a registration takes: the fault check, the MR count, the
+ * memlock budget, the object and its slot (keys). The kernel charges
+ * pinned_vm before pinning, so over budget is ENOMEM even for memory
+ * that would also fault. Lock held; on failure nothing is taken and
+ * the failure is counted.
+ */
+static int reg_reserve(struct mrmgr__sim_ctx *s, struct mrmgr__sim_pd *spd,
+		       void *addr, size_t length, unsigned int access,
+		       uint64_t span, uint64_t bytes, struct mrmgr__sim_mr **out)
+{
+	struct mrmgr__sim_mr *m = NULL;
+	int ret;
+
 	ret = mrmgr__sim_fault_check(s, MRMGR_SIM_OP_REG, addr, length, access);
 	if (!ret && s->mrs >= s->max_mr)
 		ret = ENOMEM;
 	if (!ret && (bytes > s->memlock_bytes ||
 		     s->stats.pinned_bytes > s->memlock_bytes - bytes))
 		ret = ENOMEM;
-	if (!ret)
+	if (!ret) {
+		m = mr_get(s);
+		ret = m ? 0 : ENOMEM;
+	}
+	if (!ret) {
+		m->spd = spd;
+		m->access = access;
+		m->span = span;
+		m->npages = bytes / PAGE;
 		ret = slot_alloc(s, m);
+		if (ret)
+			mr_put(s, m);
+	}
 	if (ret) {
 		s->stats.reg_failures++;
-		pthread_mutex_unlock(&s->lock);
 		mrmgr__dbg("sim_reg_mr: %s", strerror(ret));
-		free(m);
 		return ret;
 	}
 	s->mrs++;
@@ -377,24 +390,27 @@ MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
 	s->stats.pinned_bytes += bytes;
 	if (s->stats.pinned_bytes > s->stats.peak_pinned_bytes)
 		s->stats.peak_pinned_bytes = s->stats.pinned_bytes;
-	pthread_mutex_unlock(&s->lock);
+	*out = m;
+	return 0;
+}
 
-	/* The slow part runs unlocked, like concurrent ibv_reg_mr() calls. */
-	ret = pin_pages(s, m, &unverified);
-	if (!ret)
-		busy_wait(cost_ns(s->reg_ns, s->reg_ns_per_page, m->npages));
+/* Give back what reg_reserve() took, for a registration that failed
+ * after it. Lock held. */
+static void reg_unreserve(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m)
+{
+	slot_free(s, m->index);
+	s->mrs--;
+	m->spd->mrs--;
+	s->stats.pinned_bytes -= m->npages * PAGE;
+	s->stats.reg_failures++;
+	mr_put(s, m);
+}
 
-	pthread_mutex_lock(&s->lock);
-	if (ret) {
-		slot_free(s, m->index);
-		s->mrs--;
-		spd->mrs--;
-		s->stats.pinned_bytes -= bytes;
-		s->stats.reg_failures++;
-		pthread_mutex_unlock(&s->lock);
-		free(m);
-		return ret;
-	}
+/* Make a reserved MR live: its keys work and it is published. Lock held. */
+static void reg_publish(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m,
+			struct ibv_pd *pd, void *addr, size_t length,
+			int unverified)
+{
 	m->ibmr.context = pd->context;
 	m->ibmr.pd = pd;
 	m->ibmr.addr = addr;
@@ -415,7 +431,82 @@ MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
 				    s->ibdev.name);
 		}
 	}
+}
+
+MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
+				  size_t length, unsigned int access,
+				  struct ibv_mr **mr)
+{
+	struct mrmgr__sim_pd *spd;
+	struct mrmgr__sim_ctx *s;
+	struct mrmgr__sim_mr *m;
+	uint64_t span, bytes, ns;
+	int ret, unverified = 0, mapped = 0, quick;
+
+	if (!mr) {
+		mrmgr__warn("sim_reg_mr: NULL mr");
+		return EINVAL;
+	}
+	spd = mrmgr__sim_pd_get(pd);
+	if (!spd)
+		return EINVAL;
+	if (access & IBV_ACCESS_ON_DEMAND)
+		return mrmgr__sim_reg_odp(spd, addr, length, access, mr);
+	s = spd->sctx;
+	ret = check_reg(s, addr, length, access);
+	if (ret) {
+		pthread_mutex_lock(&s->lock);
+		s->stats.reg_failures++;
+		pthread_mutex_unlock(&s->lock);
+		return ret;
+	}
+	span = (uintptr_t)addr & ~(PAGE - 1);
+	bytes = (((uintptr_t)addr + length + PAGE - 1) & ~(PAGE - 1)) - span;
+	/* The cost model and the flags are fixed at open. */
+	ns = cost_ns(s->reg_ns, s->reg_ns_per_page, bytes / PAGE);
+
+	/*
+	 * NO_PIN at no modelled cost has nothing slow to run unlocked: its
+	 * mapping check (one system call) comes first, and the registration
+	 * is made in one locked step, with the errors in the same order as
+	 * below (an injected fault, then the limits, then EFAULT).
+	 */
+	quick = (s->flags & MRMGR_SIM_FLAG_NO_PIN) && !ns;
+	if (quick)
+		mapped = map_check(span, bytes);
+
+	pthread_mutex_lock(&s->lock);
+	ret = reg_reserve(s, spd, addr, length, access, span, bytes, &m);
+	if (ret) {
+		pthread_mutex_unlock(&s->lock);
+		return ret;
+	}
+	if (quick) {
+		if (!mapped) {
+			reg_unreserve(s, m);
+			pthread_mutex_unlock(&s->lock);
+			return EFAULT;
+		}
+		reg_publish(s, m, pd, addr, length, 0);
+		pthread_mutex_unlock(&s->lock);
+		*mr = &m->ibmr;
+		return 0;
+	}
 	pthread_mutex_unlock(&s->lock);
+
+	/* The slow part runs unlocked, like concurrent ibv_reg_mr() calls. */
+	ret = pin_pages(s, m, &unverified);
+	if (!ret)
+		busy_wait(ns);
+
+	pthread_mutex_lock(&s->lock);
+	if (ret)
+		reg_unreserve(s, m);
+	else
+		reg_publish(s, m, pd, addr, length, unverified);
+	pthread_mutex_unlock(&s->lock);
+	if (ret)
+		return ret;
 	*mr = &m->ibmr;
 	return 0;
 }
@@ -423,7 +514,7 @@ MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
 MRMGR_EXPORT int mrmgr_sim_dereg_mr(struct ibv_mr *mr)
 {
 	struct mrmgr__sim_ctx *s;
-	struct mrmgr__sim_mr *m;
+	struct mrmgr__sim_mr *m, gone;
 	uint64_t ns;
 	int ret;
 
@@ -464,12 +555,14 @@ MRMGR_EXPORT int mrmgr_sim_dereg_mr(struct ibv_mr *mr)
 	s->stats.deregistrations++;
 	/* Read under the lock: once unlocked the device may be closed. */
 	ns = cost_ns(s->dereg_ns, s->dereg_ns_per_page, m->odp ? 0 : m->npages);
+	/* The object goes back to the device now, what it holds after. */
+	gone = *m;
+	mr_put(s, m);
 	pthread_mutex_unlock(&s->lock);
 
-	mrmgr__sim_pages_release(m);
-	mrmgr__sim_odp_free(m);
+	mrmgr__sim_pages_release(&gone);
+	mrmgr__sim_odp_free(&gone);
 	busy_wait(ns);
-	free(m);
 	return 0;
 }
 

@@ -16,11 +16,17 @@
  *
  * The owner writes entries under its device lock at every registration,
  * re-registration, deregistration, PD allocation and deallocation, with
- * pwrite() through a descriptor of its own (it maps nothing, so opening a
- * device never takes an address the program has just unmapped); readers
- * in other processes see them through a read-only shared mapping, each
- * entry guarded by a sequence count (odd while written; a reader waits
- * for it a bounded time). The memfd's size is sealed, and its seals:
+ * plain stores into its own shared mapping of the memfd (no system call:
+ * processes mapping the same memfd share its pages, so a store is
+ * visible to them as soon as it is made; msync() has nothing to do for
+ * them). Readers, in this process or others, map it read-only; each entry
+ * is guarded by a sequence count (odd while written, made even again with
+ * release ordering after the body; a reader waits for an odd one a
+ * bounded time). The owner's mapping asks for an address far from where
+ * the program's own mappings go, so opening a device does not take an
+ * address the program has just unmapped, and is not inherited by a fork
+ * child (which must not write its parent's table). The memfd's size is
+ * sealed, and its seals:
  * the descriptor may reach a process that does not trust the owner, and
  * an importer refuses a table that could be truncated under its mapping
  * (SIGBUS). cmd_fd itself is a read-only open of the memfd, so a sim context handed to libibverbs by
@@ -64,92 +70,117 @@
 
 #include "compiler.h"
 #include "log.h"
+#include "procfs.h"
 #include "sim/sim_internal.h"
 #include "sim/sim_share.h"
 
 /*
- * Owner side: the device's own table, written through a private
- * descriptor (no mapping in the owner: opening a device maps nothing, so
- * it never takes an address a program has just unmapped), with a shadow
- * of each entry's sequence count and of which entries are used.
+ * Owner side: the device's own table, mapped read-write in the opener
+ * only, with which entries are used (the owner alone writes, so that
+ * needs no sharing).
  */
 struct mrmgr__sim_share {
-	int wfd;   /* read-write; cmd_fd is a read-only open of the same file */
+	char *map;
 	pid_t pid; /* the opener: only it writes (see the header comment) */
-	uint32_t mr_seq[MRMGR__SIM_TBL_MRS];
-	uint32_t pd_seq[MRMGR__SIM_TBL_PDS];
 	uint64_t mr_used[MRMGR__SIM_TBL_MRS / 64];
 	uint64_t pd_used[MRMGR__SIM_TBL_PDS / 64];
 };
 
 /* ------------------------------------------------------------ owner */
 
-static int pwrite_all(int fd, const void *buf, size_t n, off_t off)
-{
-	while (n) {
-		ssize_t w = pwrite(fd, buf, n, off);
+/*
+ * Where the owner's mapping of a table is asked to go: the middle of a
+ * 47-bit address space, far below the top-down area where mmap() places
+ * the program's mappings and far above its heap, so a table never takes
+ * the hole of a buffer the program has just unmapped (a test of stale
+ * registrations maps the same address again). Only a hint: where the
+ * kernel or a sanitizer's mmap() refuses it, the table goes wherever
+ * mmap() puts it, as any mapping would.
+ */
+#define TBL_HINT_BASE (UINT64_C(1) << 45)
+#define TBL_HINT_STEP (UINT64_C(1) << 20) /* > MRMGR__SIM_TBL_BYTES */
 
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		buf = (const char *)buf + w;
-		n -= (size_t)w;
-		off += w;
-	}
-	return 0;
+static void *table_hint(void)
+{
+	static uint64_t next;
+	uint64_t i;
+
+	if (sizeof(void *) < 8)
+		return NULL;
+	i = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % 4096;
+	return (void *)(uintptr_t)(TBL_HINT_BASE + i * TBL_HINT_STEP);
 }
 
 void mrmgr__sim_share_open(struct mrmgr__sim_ctx *s)
 {
 	struct mrmgr__sim_share *sh = calloc(1, sizeof(*sh));
-	struct mrmgr__sim_tbl_hdr h;
+	struct mrmgr__sim_tbl_hdr *h;
 	char path[64];
+	void *map = MAP_FAILED;
 	int fd = -1, ro = -1;
 
-	if (!sh)
+	if (MRMGR__SIM_TBL_BYTES > TBL_HINT_STEP || !sh)
 		goto fail;
 	fd = memfd_create("mrmgr-sim-uverbs", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0 || ftruncate(fd, (off_t)MRMGR__SIM_TBL_BYTES) != 0)
 		goto fail;
-	memset(&h, 0, sizeof(h));
-	h.magic = MRMGR__SIM_TBL_MAGIC;
-	h.version = MRMGR__SIM_TBL_VERSION;
-	h.personality = s->personality;
-	h.nmrs = MRMGR__SIM_TBL_MRS;
-	h.npds = MRMGR__SIM_TBL_PDS;
-	h.owner_pid = (int32_t)getpid();
-	h.owner_token = (uint64_t)(uintptr_t)&s->ibctx;
-	h.size = MRMGR__SIM_TBL_BYTES;
-	snprintf(h.name, sizeof(h.name), "%s", s->ibdev.name);
-	if (pwrite_all(fd, &h, sizeof(h), 0))
+	map = mmap(table_hint(), MRMGR__SIM_TBL_BYTES, PROT_READ | PROT_WRITE,
+		   MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED)
 		goto fail;
+	/* A fork child gets no mapping of its parent's table to write. */
+	(void)madvise(map, MRMGR__SIM_TBL_BYTES, MADV_DONTFORK);
+	/* Nobody reads the table yet: plain stores. */
+	h = map;
+	h->magic = MRMGR__SIM_TBL_MAGIC;
+	h->version = MRMGR__SIM_TBL_VERSION;
+	h->personality = s->personality;
+	h->nmrs = MRMGR__SIM_TBL_MRS;
+	h->npds = MRMGR__SIM_TBL_PDS;
+	h->owner_pid = (int32_t)mrmgr__getpid();
+	h->owner_token = (uint64_t)(uintptr_t)&s->ibctx;
+	h->size = MRMGR__SIM_TBL_BYTES;
+	snprintf(h->name, sizeof(h->name), "%s", s->ibdev.name);
 	/* Importers map the table: its size is fixed for good (no SIGBUS
 	 * in a reader), and they refuse a table that is not sealed so. */
 	if (fcntl(fd, F_ADD_SEALS, MRMGR__SIM_TBL_SEALS) != 0)
 		goto fail;
 	/* Importers get a read-only descriptor: a sim context handed to
-	 * libibverbs by mistake cannot write to the table through it. */
+	 * libibverbs by mistake cannot write to the table through it. The
+	 * read-write one is not needed past the mapping. */
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	ro = open(path, O_RDONLY | O_CLOEXEC);
-	sh->wfd = fd;
-	sh->pid = getpid();
+	if (ro >= 0)
+		close(fd);
+	sh->map = map;
+	sh->pid = mrmgr__getpid();
 	s->share = sh;
 	s->ibctx.cmd_fd = ro >= 0 ? ro : fd;
 	return;
 fail:
 	mrmgr__info("sim %s: no export table (%s): its objects cannot be "
 		    "imported", s->ibdev.name, strerror(errno));
+	if (map != MAP_FAILED)
+		munmap(map, MRMGR__SIM_TBL_BYTES);
 	if (fd >= 0)
 		close(fd);
 	free(sh);
 }
 
+/* Only the opener writes: a fork child's MRs are not published. The
+ * pid is kept by a fork handler, not asked of the kernel every time. */
+static int writer(const struct mrmgr__sim_ctx *s)
+{
+	return s->share && s->share->pid == mrmgr__getpid();
+}
+
 void mrmgr__sim_share_close(struct mrmgr__sim_ctx *s)
 {
 	if (s->share) {
-		if (s->share->wfd != s->ibctx.cmd_fd)
-			close(s->share->wfd);
+		/* A fork child has no mapping there (MADV_DONTFORK), and the
+		 * address may be one of its own mappings now. */
+		if (writer(s))
+			munmap(s->share->map, MRMGR__SIM_TBL_BYTES);
 		free(s->share);
 		s->share = NULL;
 	}
@@ -167,28 +198,26 @@ void mrmgr__sim_share_close(struct mrmgr__sim_ctx *s)
 }
 
 /*
- * Write an entry for readers in other processes: its sequence count odd,
- * the body, the count even, each a write of its own so a reader that saw
- * the same even count before and after its copy saw no write. The owner's
- * device lock serialises writers.
+ * Open an entry for writing: its sequence count odd, ordered before the
+ * body's stores, so a reader that saw the same even count before and
+ * after its copy saw no store. The owner's device lock serialises
+ * writers; entry_close() publishes the body with release ordering.
  */
-static void write_entry(const struct mrmgr__sim_share *sh, off_t off,
-			uint32_t *seq, const void *body, size_t n)
+static uint32_t entry_open(uint32_t *seq)
 {
-	uint32_t v = ++*seq;
+	uint32_t v = __atomic_load_n(seq, __ATOMIC_RELAXED) | 1u;
 
-	if (pwrite_all(sh->wfd, &v, sizeof(v), off) ||
-	    pwrite_all(sh->wfd, body, n, off + (off_t)sizeof(v)))
-		mrmgr__warn("sim: writing the export table failed: %s",
-			    strerror(errno));
-	v = ++*seq;
-	(void)pwrite_all(sh->wfd, &v, sizeof(v), off);
+	__atomic_store_n(seq, v, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	return v;
 }
 
-static int writer(const struct mrmgr__sim_ctx *s)
+static void entry_close(uint32_t *seq, uint32_t v)
 {
-	return s->share && s->share->pid == getpid();
+	__atomic_store_n(seq, v + 1, __ATOMIC_RELEASE);
 }
+
+#define ENTRY_SET(e, field, val) __atomic_store_n(&(e)->field, (val), __ATOMIC_RELAXED)
 
 static int take_free(uint64_t *used, uint32_t n, uint32_t handle, uint32_t *idx)
 {
@@ -208,8 +237,8 @@ void mrmgr__sim_share_mr(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m,
 			 int live)
 {
 	struct mrmgr__sim_share *sh = s->share;
-	struct mrmgr__sim_tbl_mr e;
-	uint32_t k;
+	struct mrmgr__sim_tbl_mr *e;
+	uint32_t k, v;
 
 	if (!writer(s))
 		return;
@@ -224,30 +253,39 @@ void mrmgr__sim_share_mr(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m,
 	} else {
 		return;
 	}
-	memset(&e, 0, sizeof(e));
+	e = (struct mrmgr__sim_tbl_mr *)(void *)(sh->map + MRMGR__SIM_TBL_MRS_OFF) + k;
+	v = entry_open(&e->seq);
 	if (live) {
-		e.state = MRMGR__SIM_ENTRY_LIVE;
-		e.handle = m->ibmr.handle;
-		e.pd_handle = m->spd->ibpd.handle;
-		e.lkey = m->ibmr.lkey;
-		e.rkey = m->ibmr.rkey;
-		e.access = m->access;
-		e.addr = (uint64_t)(uintptr_t)m->ibmr.addr;
-		e.length = m->ibmr.length;
+		ENTRY_SET(e, state, MRMGR__SIM_ENTRY_LIVE);
+		ENTRY_SET(e, handle, m->ibmr.handle);
+		ENTRY_SET(e, pd_handle, m->spd->ibpd.handle);
+		ENTRY_SET(e, lkey, m->ibmr.lkey);
+		ENTRY_SET(e, rkey, m->ibmr.rkey);
+		ENTRY_SET(e, access, m->access);
+		ENTRY_SET(e, addr, (uint64_t)(uintptr_t)m->ibmr.addr);
+		ENTRY_SET(e, length, (uint64_t)m->ibmr.length);
 	} else {
+		/* A free entry says nothing of the MR it held. */
+		ENTRY_SET(e, state, MRMGR__SIM_ENTRY_FREE);
+		ENTRY_SET(e, handle, 0u);
+		ENTRY_SET(e, pd_handle, 0u);
+		ENTRY_SET(e, lkey, 0u);
+		ENTRY_SET(e, rkey, 0u);
+		ENTRY_SET(e, access, 0u);
+		ENTRY_SET(e, addr, UINT64_C(0));
+		ENTRY_SET(e, length, UINT64_C(0));
 		sh->mr_used[k / 64] &= ~(UINT64_C(1) << (k % 64));
 		m->share_slot = 0;
 	}
-	write_entry(sh, (off_t)(MRMGR__SIM_TBL_MRS_OFF + k * sizeof(e)), &sh->mr_seq[k],
-		    &e.state, sizeof(e) - offsetof(struct mrmgr__sim_tbl_mr, state));
+	entry_close(&e->seq, v);
 }
 
 void mrmgr__sim_share_pd(struct mrmgr__sim_ctx *s, struct mrmgr__sim_pd *spd,
 			 int live)
 {
 	struct mrmgr__sim_share *sh = s->share;
-	struct mrmgr__sim_tbl_pd e;
-	uint32_t k;
+	struct mrmgr__sim_tbl_pd *e;
+	uint32_t k, v;
 
 	if (!writer(s))
 		return;
@@ -260,15 +298,15 @@ void mrmgr__sim_share_pd(struct mrmgr__sim_ctx *s, struct mrmgr__sim_pd *spd,
 	} else {
 		return;
 	}
-	memset(&e, 0, sizeof(e));
-	e.state = live ? MRMGR__SIM_ENTRY_LIVE : MRMGR__SIM_ENTRY_FREE;
-	e.handle = spd->ibpd.handle;
+	e = (struct mrmgr__sim_tbl_pd *)(void *)(sh->map + MRMGR__SIM_TBL_PDS_OFF) + k;
+	v = entry_open(&e->seq);
+	ENTRY_SET(e, state, live ? MRMGR__SIM_ENTRY_LIVE : MRMGR__SIM_ENTRY_FREE);
+	ENTRY_SET(e, handle, spd->ibpd.handle);
 	if (!live) {
 		sh->pd_used[k / 64] &= ~(UINT64_C(1) << (k % 64));
 		spd->share_slot = 0;
 	}
-	write_entry(sh, (off_t)(MRMGR__SIM_TBL_PDS_OFF + k * sizeof(e)), &sh->pd_seq[k],
-		    &e.state, sizeof(e) - offsetof(struct mrmgr__sim_tbl_pd, state));
+	entry_close(&e->seq, v);
 }
 
 int mrmgr__sim_can_import(struct ibv_context *ctx)
@@ -284,7 +322,7 @@ int mrmgr__sim_can_import(struct ibv_context *ctx)
 /*
  * The sequence counts are the owner's to keep even, and an owner that
  * died halfway through a write, or lies, leaves one odd for good. A
- * reader waits for it a bounded time (two pwrite()s, plus however long
+ * reader waits for it a bounded time (a few stores, plus however long
  * the owner is descheduled between them), holding no lock, then gives
  * up with ETIMEDOUT.
  */
