@@ -54,6 +54,7 @@
 #include <mrmgr/mrmgr.h>
 
 #include "hooks_abi.h"
+#include "vma.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -338,51 +339,38 @@ EXPORT void *sbrk(intptr_t inc)
 	return real_sbrk(inc);
 }
 
-/* The extent of the segment attached at a: consecutive VMAs of one inode. */
+struct shm_run {
+	uint64_t a, end, inode;
+	int found;
+};
+
+static int shm_one(const struct mrmgr__vma *v, void *arg)
+{
+	struct shm_run *r = arg;
+
+	if (!r->found) {
+		if (v->start != r->a)
+			return 1;
+		r->found = 1;
+	} else if (v->start != r->end || v->inode != r->inode) {
+		return 1;
+	}
+	r->end = v->end;
+	r->inode = v->inode;
+	return 0;
+}
+
+/*
+ * The extent of the segment attached at a: consecutive VMAs of one inode.
+ * Read from the text (MRMGR__VMA_TEXT): the ioctl's shared descriptor is
+ * behind a lock, and these wrappers take none.
+ */
 static size_t shm_extent(const void *a)
 {
-	char buf[4096];
-	uint64_t want = (uintptr_t)a, end = 0, inode = 0;
-	size_t have = 0;
-	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC), found = 0;
+	struct shm_run r = { (uintptr_t)a, 0, 0, 0 };
 
-	if (fd < 0)
-		return 0;
-	for (;;) {
-		ssize_t n = read(fd, buf + have, sizeof(buf) - have - 1);
-		char *line = buf, *nl;
-
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-		buf[have] = '\0';
-		while ((nl = strchr(line, '\n'))) {
-			char *p = line;
-			uint64_t s = strtoull(p, &p, 16), e = strtoull(p + 1, &p, 16), ino;
-
-			for (int f = 0; f < 4 && p; f++) /* perms offset dev inode */
-				p = strchr(p + 1, ' ');
-			ino = p ? strtoull(p, NULL, 10) : 0;
-			if (!found && s == want) {
-				found = 1;
-				end = e;
-				inode = ino;
-			} else if (found) {
-				if (s != end || ino != inode) {
-					close(fd);
-					return (size_t)(end - want);
-				}
-				end = e;
-			}
-			line = nl + 1;
-		}
-		have -= (size_t)(line - buf);
-		memmove(buf, line, have);
-		if (have == sizeof(buf) - 1)
-			have = 0; /* an absurdly long line */
-	}
-	close(fd);
-	return found ? (size_t)(end - want) : 0;
+	(void)mrmgr__vma_walk(r.a, UINT64_MAX, MRMGR__VMA_TEXT, shm_one, &r);
+	return r.found ? (size_t)(r.end - r.a) : 0;
 }
 
 EXPORT int shmdt(const void *a)

@@ -21,6 +21,7 @@
 #include "itree.h"
 #include "lookup.h"
 #include "odp.h"
+#include "events.h"
 #include "monitor.h"
 #include "region.h"
 

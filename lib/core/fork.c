@@ -38,10 +38,18 @@ static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mrmgr_cache *caches;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
+/* The list is linked through the caches' monitor state (c->mon). */
+static struct mrmgr_cache *next_of(const struct mrmgr_cache *c)
+{
+	struct mrmgr__mon_cache *m = c->mon.fork_next;
+
+	return m ? mrmgr__container_of(m, struct mrmgr_cache, mon) : NULL;
+}
+
 static void prepare(void)
 {
 	pthread_mutex_lock(&list_lock);
-	for (struct mrmgr_cache *c = caches; c; c = c->mon.fork_next) {
+	for (struct mrmgr_cache *c = caches; c; c = next_of(c)) {
 		/* May have changed since creation (ibv_fork_init()). */
 		if (c->mon.fork_status >= 0)
 			c->mon.fork_status = (int)ibv_is_fork_initialized();
@@ -53,14 +61,14 @@ static void prepare(void)
 static void unlock_all(void)
 {
 	pthread_mutex_unlock(&mrmgr__mon_lock);
-	for (struct mrmgr_cache *c = caches; c; c = c->mon.fork_next)
+	for (struct mrmgr_cache *c = caches; c; c = next_of(c))
 		pthread_mutex_unlock(&c->lock);
 }
 
 static void parent(void)
 {
 	unlock_all();
-	for (struct mrmgr_cache *c = caches; c; c = c->mon.fork_next) {
+	for (struct mrmgr_cache *c = caches; c; c = next_of(c)) {
 		if (c->mon.fork_status != -1 &&
 		    c->mon.fork_status != (int)IBV_FORK_DISABLED)
 			continue;
@@ -80,7 +88,7 @@ static void forget_all(struct mrmgr_cache *c)
 		struct mrmgr_region *r = c->all[i];
 		int st = mrmgr__region_state(r);
 
-		r->watched = 0;
+		r->watch.joined = 0;
 		if (st == MRMGR__REGION_ABANDONED)
 			continue;
 		if (st != MRMGR__REGION_FREE &&
@@ -113,7 +121,7 @@ static void child(void)
 	mrmgr__mon_queue_fork_child();
 	mrmgr__uffd_fork_child();
 	mrmgr__watch_fork_child();
-	for (struct mrmgr_cache *c = caches; c; c = c->mon.fork_next)
+	for (struct mrmgr_cache *c = caches; c; c = next_of(c))
 		forget_all(c);
 	unlock_all();
 	pthread_mutex_unlock(&list_lock);
@@ -130,7 +138,7 @@ void mrmgr__fork_track(struct mrmgr_cache *c)
 {
 	pthread_once(&atfork_once, register_atfork);
 	pthread_mutex_lock(&list_lock);
-	c->mon.fork_next = caches;
+	c->mon.fork_next = caches ? &caches->mon : NULL;
 	caches = c;
 	pthread_mutex_unlock(&list_lock);
 }
@@ -138,10 +146,14 @@ void mrmgr__fork_track(struct mrmgr_cache *c)
 void mrmgr__fork_untrack(struct mrmgr_cache *c)
 {
 	pthread_mutex_lock(&list_lock);
-	for (struct mrmgr_cache **p = &caches; *p; p = &(*p)->mon.fork_next) {
-		if (*p == c) {
-			*p = c->mon.fork_next;
-			break;
+	if (caches == c) {
+		caches = next_of(c);
+	} else {
+		for (struct mrmgr_cache *p = caches; p; p = next_of(p)) {
+			if (p->mon.fork_next == &c->mon) {
+				p->mon.fork_next = c->mon.fork_next;
+				break;
+			}
 		}
 	}
 	pthread_mutex_unlock(&list_lock);

@@ -142,7 +142,6 @@ struct mrmgr_region {
 					   * range less headroom (cache.c,
 					   * merge) */
 	struct mrmgr__watch watch;     /* monitor registry entry (monitor.h) */
-	int watched;                   /* watch is in the registry */
 	unsigned int gone;             /* user_data.c: why it left the cache
 					* (enum mrmgr_region_gone_reason), 0
 					* while cached; cache lock */

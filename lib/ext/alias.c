@@ -45,6 +45,7 @@
 #include "cache.h"
 #include "log.h"
 #include "share.h"
+#include "vma.h"
 
 #define WRITE_ACCESS                                                        \
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |                  \
@@ -57,41 +58,26 @@
 static int same_file_pages(uint64_t start, uint64_t len, const struct stat *st,
 			   uint64_t off, const char **why)
 {
-	FILE *f = fopen("/proc/self/maps", "re");
-	char *line = NULL;
-	size_t cap = 0;
-	int ret = EINVAL;
+	struct mrmgr__vma v;
+	int err = mrmgr__vma_find(start, 0, &v);
 
-	*why = "no mapping covers the region";
-	if (!f) {
-		*why = "/proc/self/maps cannot be read";
+	if (err) {
+		*why = err == ENOENT ? "no mapping covers the region"
+				     : "/proc/self/maps cannot be read";
 		return EINVAL;
 	}
-	while (getline(&line, &cap, f) > 0) {
-		unsigned long lo, hi, fo, ino;
-		unsigned int maj, mnr;
-		char perms[5];
-
-		if (sscanf(line, "%lx-%lx %4s %lx %x:%x %lu", &lo, &hi, perms, &fo,
-			   &maj, &mnr, &ino) != 7 ||
-		    start < lo || start >= hi)
-			continue;
-		if (start + len > hi)
-			*why = "the region spans several mappings";
-		else if (perms[3] != 's')
-			*why = "the mapping is private (MAP_PRIVATE): its pages are not the file's";
-		else if (ino != st->st_ino || maj != major(st->st_dev) ||
-			 mnr != minor(st->st_dev))
-			*why = "the mapping is of another file";
-		else if (fo + (start - lo) != off)
-			*why = "the region is at another offset of the file";
-		else
-			ret = 0;
-		break;
-	}
-	free(line);
-	fclose(f);
-	return ret;
+	if (start + len > v.end)
+		*why = "the region spans several mappings";
+	else if (!(v.flags & MRMGR__VMA_F_SHARED))
+		*why = "the mapping is private (MAP_PRIVATE): its pages are not the file's";
+	else if (v.inode != st->st_ino || v.dev_major != major(st->st_dev) ||
+		 v.dev_minor != minor(st->st_dev))
+		*why = "the mapping is of another file";
+	else if (v.offset + (start - v.start) != off)
+		*why = "the region is at another offset of the file";
+	else
+		return 0;
+	return EINVAL;
 }
 
 /* Map len bytes of fd at off, with start's offset within the alignment. */

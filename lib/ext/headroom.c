@@ -15,9 +15,9 @@
  * past it. A fresh miss, or one that merely touches a neighbour, registers
  * what it asked for.
  *
- * The mapping's bounds come from /proc/self/maps, read only here, and
- * growth with headroom happens O(log n) times per growing buffer, so the
- * read is rare. Turned off by MRMGR_CACHE_NO_HEADROOM or
+ * The mapping's bounds come from /proc/self/maps (os/vma.c), and growth
+ * with headroom happens O(log n) times per growing buffer, so the read is
+ * rare. Turned off by MRMGR_CACHE_NO_HEADROOM or
  * MRMGR_GROW_HEADROOM=0.
  *
  * SPDX-License-Identifier: MIT
@@ -34,56 +34,19 @@
 #include "grow.h"
 #include "log.h"
 #include "monitor.h"
+#include "vma.h"
 
-/*
- * The mapping containing addr: [*lo, *hi). Returns 0, or ENOENT when
- * nothing maps addr (or the file cannot be read). Lines are read into a
- * stack buffer (no allocation) and the file is left as soon as the
- * mappings, sorted by address, pass addr.
- */
+/* The mapping containing addr: [*lo, *hi). 0, or ENOENT when nothing
+ * maps addr (or the mappings cannot be read). */
 static int mapping_of(uint64_t addr, uint64_t *lo, uint64_t *hi)
 {
-	char buf[4096];
-	size_t have = 0;
-	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	struct mrmgr__vma v;
 
-	if (fd < 0)
+	if (mrmgr__vma_find(addr, 0, &v))
 		return ENOENT;
-	for (;;) {
-		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
-		char *line, *nl;
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-		buf[have] = '\0';
-		line = buf;
-		while ((nl = memchr(line, '\n', (size_t)(buf + have - line)))) {
-			char *end;
-			unsigned long long l = strtoull(line, &end, 16), h;
-
-			*nl = '\0';
-			h = *end == '-' ? strtoull(end + 1, NULL, 16) : 0;
-			if (addr >= l && addr < h) {
-				close(fd);
-				*lo = l;
-				*hi = h;
-				return 0;
-			}
-			if (l > addr)
-				goto out;
-			line = nl + 1;
-		}
-		have = (size_t)(buf + have - line);
-		memmove(buf, line, have);
-		if (have == sizeof(buf) - 1)
-			have = 0; /* no line is that long; skip it */
-	}
-out:
-	close(fd);
-	return ENOENT;
+	*lo = v.start;
+	*hi = v.end;
+	return 0;
 }
 
 void mrmgr__headroom_widen(struct mrmgr_cache *c, uint64_t os, uint64_t ol,

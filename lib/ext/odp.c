@@ -41,6 +41,7 @@
 #include "cache.h"
 #include "log.h"
 #include "odp.h"
+#include "vma.h"
 
 #define WRITE_ACCESS                                                        \
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |                  \
@@ -250,8 +251,8 @@ int mrmgr__odp_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	const char *why = "";
 	int ret;
 
-	ret = mrmgr__odp_check_mapping(*rs, *rl, !!(*racc & WRITE_ACCESS),
-				       &bad, &why);
+	ret = mrmgr__vma_check_prot(*rs, *rl, !!(*racc & WRITE_ACCESS), 0,
+				    &bad, &why);
 	if (ret == EFAULT && *merged) {
 		/* The merged span reaches memory the request does not:
 		 * register just the request, checked on its own. */
@@ -259,9 +260,9 @@ int mrmgr__odp_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		*rl = last;
 		*racc = access;
 		*merged = 0;
-		ret = mrmgr__odp_check_mapping(start, last,
-					       !!(access & WRITE_ACCESS), &bad,
-					       &why);
+		ret = mrmgr__vma_check_prot(start, last,
+					    !!(access & WRITE_ACCESS), 0, &bad,
+					    &why);
 	}
 	if (ret == EFAULT) {
 		mrmgr__err("mrmgr_get: [%#llx, +%llu) access %#x: %#llx is %s; "

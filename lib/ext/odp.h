@@ -98,31 +98,6 @@ static inline int mrmgr__odp_want_hint(uint64_t cache_flags, uint64_t get_flags)
 void mrmgr__odp_get_hint(struct mrmgr_region *r, void *addr, size_t length,
 			 unsigned int access);
 
-/*
- * odp_maps.c: whether [start, last] is mapped, readable, and writable when
- * write is set, per /proc/self/maps (the PROCMAP_QUERY ioctl where the
- * kernel has it, else the text). 0, EFAULT with *bad the first offending
- * address and *why "not mapped", "not readable" or "read-only", or
- * another errno when it cannot tell. Allocates nothing.
- */
-int mrmgr__odp_check_mapping(uint64_t start, uint64_t last, int write,
-			     uint64_t *bad, const char **why);
-/* The same from the text only (the fallback; exposed for tests). */
-int mrmgr__odp_check_mapping_text(uint64_t start, uint64_t last, int write,
-				  uint64_t *bad, const char **why);
-
-/*
- * odp_maps.c: the first readable (and writable, when write is set)
- * mapped piece of [from, last], as [*s, *e] (the part of the first such
- * VMA at or after from): 0, ENOENT when there is none, or another errno
- * when it cannot tell. Allocates nothing. The text form is the fallback,
- * exposed for tests.
- */
-int mrmgr__odp_next_readable(uint64_t from, uint64_t last, int write,
-			     uint64_t *s, uint64_t *e);
-int mrmgr__odp_next_readable_text(uint64_t from, uint64_t last, int write,
-				  uint64_t *s, uint64_t *e);
-
 /* Fill the ODP part of the statistics. */
 void mrmgr__odp_stats(struct mrmgr_cache *c, struct mrmgr_stats *s);
 

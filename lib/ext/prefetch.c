@@ -36,6 +36,7 @@
 #include "log.h"
 #include "odp.h"
 #include "prefetch.h"
+#include "vma.h"
 
 #define EAGAIN_RETRIES 4
 #define KNOWN_FLAGS                                                         \
@@ -268,7 +269,7 @@ static int push_mapped(struct mrmgr__sge_list *l, uint64_t s, uint64_t last,
 
 	for (;;) {
 		uint64_t a, e, len, room;
-		int ret = mrmgr__odp_next_readable(next, last, b->write, &a, &e);
+		int ret = mrmgr__vma_next_readable(next, last, b->write, 0, &a, &e);
 
 		if (ret == ENOENT)
 			return 0;

@@ -18,7 +18,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache.h"
 #include "hooks_abi.h"
 #include "log.h"
 #include "monitor.h"
@@ -124,9 +123,8 @@ int mrmgr__mon_two_sided(uint32_t mode)
  * UFFD_EVENT_REMOVE comes before madvise() discards, nothing after, so a
  * registration in between would pin pages on their way out.
  */
-int mrmgr__mon_headroom_ok(struct mrmgr_cache *c)
+int mrmgr__mon_headroom_ok_mode(uint32_t mode)
 {
-	uint32_t mode = c->mon.mode;
 	int ok;
 
 	if (mode == MRMGR_MONITOR_EXTERNAL || mode == MRMGR_MONITOR_NONE)
@@ -228,26 +226,18 @@ int mrmgr__hooks_state(int *err)
 
 /* ------------------------------------------------------------ caches */
 
-static int fork_status_of(const struct mrmgr_cache *c)
+void mrmgr__mon_subscribe(struct mrmgr__mon_cache *m, uint64_t *seen,
+			  uint32_t mode, int32_t fork_status)
 {
-	/* A device that holds pages with plain references, as pre-5.9
-	 * kernels pinned them (the simulated HCA does): a fork leaves the
-	 * parent's registrations stale. */
-	if (c->caps.cap_flags & MRMGR_DEVICE_CAP_PLAIN_PINS)
-		return -1;
-	return (int)ibv_is_fork_initialized();
+	memset(m, 0, sizeof(*m));
+	m->mode = mode;
+	m->fork_status = fork_status;
+	mrmgr__mon_queue_attach(m, seen);
 }
 
-void mrmgr__mon_cache_init(struct mrmgr_cache *c)
+void mrmgr__mon_start(uint32_t mode, int sources)
 {
-	uint32_t mode = c->cfg.monitor;
 	int uerr = 0, herr = 0, any = 0;
-
-	memset(&c->mon, 0, sizeof(c->mon));
-	c->mon.mode = mode;
-	c->mon.fork_status = fork_status_of(c);
-	mrmgr__mon_queue_attach(&c->mon, &c->mon_seen);
-	mrmgr__fork_track(c);
 
 	if (mode == MRMGR_MONITOR_NONE) {
 		mrmgr__warn("MONITORING OFF (monitor mode none): this cache "
@@ -262,7 +252,7 @@ void mrmgr__mon_cache_init(struct mrmgr_cache *c)
 			    "with mrmgr_notify_unmap()/mrmgr_invalidate())");
 		return;
 	}
-	if (c->cfg.flags & MRMGR_CACHE_DISABLE)
+	if (!sources)
 		return;
 	pthread_mutex_lock(&mrmgr__mon_lock);
 	/*
@@ -295,36 +285,27 @@ void mrmgr__mon_cache_init(struct mrmgr_cache *c)
 	pthread_mutex_unlock(&mrmgr__mon_lock);
 }
 
-void mrmgr__mon_cache_fini(struct mrmgr_cache *c)
+void mrmgr__mon_info_cache(const struct mrmgr__mon_cache *mc,
+			   struct mrmgr_monitor_info *m)
 {
-	mrmgr__fork_untrack(c);
+	m->mode = mc->mode;
+	m->fork_status = mc->fork_status;
+	m->events = mc->events;
+	m->invalidations = mc->invalidations;
+	m->overflows = mc->overflows;
+	m->unwatched = mc->unwatched;
+	m->fork_purges = mc->fork_purges;
+	m->unwatched_causes = mc->unwatched_causes;
+	m->unwatched_error = mc->unwatched_error;
+	m->window_uncached = mc->window_uncached;
 }
 
-MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
-					   struct mrmgr_monitor_info *info,
-					   size_t size)
+/* The process-wide part, for the mode already in *mi. */
+void mrmgr__mon_info(struct mrmgr_monitor_info *mi)
 {
-	struct mrmgr_monitor_info m;
+	struct mrmgr_monitor_info m = *mi;
 	int ustate, hstate, uerr, herr, perr, patch;
 
-	if (!c || !info || !size) {
-		mrmgr__err("mrmgr_cache_query_monitor: %s",
-			   !c ? "NULL cache" : !info ? "NULL info" : "size 0");
-		return EINVAL;
-	}
-	memset(&m, 0, sizeof(m));
-	pthread_mutex_lock(&c->lock);
-	m.mode = c->mon.mode;
-	m.fork_status = c->mon.fork_status;
-	m.events = c->mon.events;
-	m.invalidations = c->mon.invalidations;
-	m.overflows = c->mon.overflows;
-	m.unwatched = c->mon.unwatched;
-	m.fork_purges = c->mon.fork_purges;
-	m.unwatched_causes = c->mon.unwatched_causes;
-	m.unwatched_error = c->mon.unwatched_error;
-	m.window_uncached = c->mon.window_uncached;
-	pthread_mutex_unlock(&c->lock);
 	m.changes = __atomic_load_n(&mrmgr__mon_change_count, __ATOMIC_RELAXED);
 	m.retries = __atomic_load_n(&mrmgr__mon_retries, __ATOMIC_RELAXED);
 
@@ -363,6 +344,5 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
 	m.uffd_events = __atomic_load_n(&mrmgr__mon_uffd_events, __ATOMIC_RELAXED);
 	m.notify_events = __atomic_load_n(&mrmgr__mon_notify_events,
 					  __ATOMIC_RELAXED);
-	memcpy(info, &m, size < sizeof(m) ? size : sizeof(m));
-	return 0;
+	*mi = m;
 }

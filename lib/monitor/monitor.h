@@ -14,6 +14,11 @@
  * though userfaultfd lets the unmapping thread go before the reader has
  * pushed the event.
  *
+ * The monitor knows no cache: a cache subscribes with a struct
+ * mrmgr__mon_cache of its own (its cursor, mode and counters) and calls
+ * the functions below; nothing here calls up (lib/core/events.c is the
+ * core's side).
+ *
  * Locks: a cache's lock, then the monitor lock (mrmgr__mon_lock: the
  * registry of watched ranges and source start-up). The reader thread
  * takes no lock at all, allocates nothing and logs nothing: an unmapping
@@ -34,9 +39,7 @@
 #include "compiler.h"
 #include "hooks_abi.h"
 #include "itree.h"
-
-struct mrmgr_cache;
-struct mrmgr_region;
+#include "vma.h"
 
 /* ------------------------------------------------------------ queue */
 
@@ -85,13 +88,16 @@ extern uint64_t mrmgr__mon_change_count;
  */
 void mrmgr__mon_filter_add(uint64_t start, uint64_t last);
 
-/* Per-cache monitor state; under the cache's lock. */
+/* A subscriber's monitor state (one per cache); under the subscriber's
+ * lock. */
 struct mrmgr__mon_cache {
 	uint64_t cursor;       /* next queue index to apply */
 	uint64_t target;       /* word value the running drain works toward */
 	uint32_t mode;         /* enum mrmgr_monitor_mode in force */
-	int32_t fork_status;   /* enum ibv_fork_status, -1 for the sim */
-	struct mrmgr_cache *fork_next; /* every cache of the process */
+	int32_t fork_status;   /* enum ibv_fork_status, -1: pages held with
+				* plain references (the core's fork.c) */
+	struct mrmgr__mon_cache *fork_next; /* the core's list of
+					     * subscribers (fork.c) */
 	uint64_t events, invalidations, overflows, unwatched, fork_purges;
 	uint64_t window_uncached;  /* commits refused: a change overlapped */
 	uint32_t unwatched_causes; /* enum mrmgr_monitor_unwatched_cause */
@@ -156,8 +162,9 @@ void mrmgr__retry_failed(struct mrmgr__retry *r, int err);
 int mrmgr__retry_due(struct mrmgr__retry *r); /* 1: try again now */
 extern uint64_t mrmgr__mon_retries;
 
-/* Whether growth headroom may register memory nobody asked for. */
-int mrmgr__mon_headroom_ok(struct mrmgr_cache *c);
+/* Whether growth headroom may register memory nobody asked for, for a
+ * subscriber in mode. */
+int mrmgr__mon_headroom_ok_mode(uint32_t mode);
 
 /* libmrmgr_hooks.so (monitor.c). */
 int mrmgr__hooks_state(int *err);
@@ -173,19 +180,6 @@ int mrmgr__patch_start(void) __attribute__((weak, visibility("hidden")));
  * (the patched libc or the hooks; external counts: see doc/growth.md). */
 int mrmgr__mon_two_sided(uint32_t mode);
 
-/* What kind of memory [start, last] is (os/vma.c), mon lock held. */
-enum mrmgr__vma_kind {
-	MRMGR__VMA_ANON_PRIVATE = 0, /* anonymous private: heap, stack, mmap */
-	MRMGR__VMA_FILE_PRIVATE,     /* private file mapping: .data, mmap'd files */
-	MRMGR__VMA_SHARED,           /* shared: shmem, SysV, MAP_SHARED files */
-	MRMGR__VMA_UNMAPPED,         /* a hole */
-};
-/* The worst kind over [start, last], and (when the outputs are not NULL)
- * the extent of the VMAs covering it. */
-int mrmgr__vma_classify(uint64_t start, uint64_t last, uint64_t *vstart,
-			uint64_t *vlast);
-int mrmgr__vma_uses_query(void); /* PROCMAP_QUERY worked */
-
 /* ------------------------------------------------------------ watching */
 
 /*
@@ -198,6 +192,8 @@ struct mrmgr__watch {
 	struct mrmgr__itree_node node;
 	struct mrmgr__watch *next, *prev; /* members with the same range */
 	int in_tree;                      /* this member's node is the one */
+	int joined;                       /* in the registry (a commit put it
+					   * there; end takes it out) */
 	int dirty; /* set by grow.c when its rereg's commit was refused: the
 		    * next commit (the region's publish) refuses too */
 };
@@ -206,10 +202,11 @@ struct mrmgr__watch {
  * A get that is about to register [start, last] for caching asks whether
  * anything will report changes to it. begin returns 0 when it is covered
  * (the range is then watched already, before the registration pins
- * anything), or an errno saying why not: the caller then hands the
- * registration out uncached. commit ties the watch to the region that
- * was made; abort gives it up. unwatch runs when a region leaves the
- * tree. All with the cache lock held.
+ * anything), or an errno saying why not (counted in m): the caller then
+ * hands the registration out uncached. commit ties the watch to w, the
+ * entry of what was made; abort gives it up. end runs when that leaves
+ * the subscriber (a no-op unless w joined). All with the subscriber's
+ * lock held.
  */
 struct mrmgr__watch_tx {
 	struct mrmgr__watch w; /* the provisional registry entry */
@@ -217,17 +214,18 @@ struct mrmgr__watch_tx {
 	uint64_t from;         /* queue index when the window opened */
 	uint64_t start, last;  /* the range asked for */
 };
-int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
-			   uint64_t last, struct mrmgr__watch_tx *tx);
+int mrmgr__watch_begin(struct mrmgr__mon_cache *m, uint64_t start,
+		       uint64_t last, struct mrmgr__watch_tx *tx);
 /*
- * 0: cache r. EAGAIN: a change overlapping the range was in flight, or
- * began, since watch_begin, so the pages r pinned may be on their way
- * out: hand r out uncached (the watch is given up, as by abort).
+ * 0: cache what w belongs to. EAGAIN: a change overlapping the range was
+ * in flight, or began, since watch_begin, so the pages it pinned may be
+ * on their way out: hand it out uncached (the watch is given up, as by
+ * abort).
  */
-int mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
-			    struct mrmgr_region *r);
-void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx);
-void mrmgr__mon_unwatch(struct mrmgr_cache *c, struct mrmgr_region *r);
+int mrmgr__watch_commit(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
+			struct mrmgr__watch *w);
+void mrmgr__watch_abort(struct mrmgr__watch_tx *tx);
+void mrmgr__watch_end(struct mrmgr__watch *w);
 /* An event overlapped [s, l]: forget what was known about it (queue.c). */
 void mrmgr__mon_known_drop(struct mrmgr__mon_cache *m, uint64_t s, uint64_t l);
 
@@ -237,13 +235,22 @@ void mrmgr__watch_fork_child(void);
 
 /* ------------------------------------------------------------ caches */
 
-/* Resolve the mode, start what it needs, track the cache for fork(). */
-void mrmgr__mon_cache_init(struct mrmgr_cache *c);
-void mrmgr__mon_cache_fini(struct mrmgr_cache *c);
+/*
+ * A new subscriber (or one a fork emptied): its state, with seen the
+ * word its fast path compares (mrmgr__mon_quiet()). fork_status as in
+ * struct mrmgr__mon_cache.
+ */
+void mrmgr__mon_subscribe(struct mrmgr__mon_cache *m, uint64_t *seen,
+			  uint32_t mode, int32_t fork_status);
+/* Say what mode means, and start the sources it relies on unless
+ * sources is 0 (a cache that caches nothing needs none). */
+void mrmgr__mon_start(uint32_t mode, int sources);
 
-/* fork() (core/fork.c). */
-void mrmgr__fork_track(struct mrmgr_cache *c);
-void mrmgr__fork_untrack(struct mrmgr_cache *c);
+/* What mrmgr_cache_query_monitor() reports: cache fills the subscriber's
+ * part (under its lock), info the process-wide part for info->mode. */
+void mrmgr__mon_info_cache(const struct mrmgr__mon_cache *m,
+			   struct mrmgr_monitor_info *info);
+void mrmgr__mon_info(struct mrmgr_monitor_info *info);
 
 /* Test hooks (unit tests set them before the first cache). */
 enum mrmgr__mon_test_flags {

@@ -41,7 +41,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cache.h"
 #include "log.h"
 #include "monitor.h"
 
@@ -391,14 +390,14 @@ static const char *cause_text(uint32_t cause)
 /* One warning per cause per process: what is lost is said once, loudly. */
 static uint32_t warned_causes;
 
-static void unwatched(struct mrmgr_cache *c, uint64_t start, uint64_t last,
-		      int err)
+static void unwatched(struct mrmgr__mon_cache *m, uint64_t start,
+		      uint64_t last, int err)
 {
 	uint32_t cause = cause_of(err);
 
-	c->mon.unwatched++;
-	c->mon.unwatched_causes |= cause;
-	c->mon.unwatched_error = err;
+	m->unwatched++;
+	m->unwatched_causes |= cause;
+	m->unwatched_error = err;
 	if (!(__atomic_fetch_or(&warned_causes, cause, __ATOMIC_RELAXED) & cause))
 		mrmgr__warn("monitor: [%#llx, +%llu) is not watched: %s; such "
 			    "gets are registered and deregistered every time, "
@@ -413,10 +412,10 @@ static void unwatched(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 			   strerror(err));
 }
 
-int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
-			   uint64_t last, struct mrmgr__watch_tx *tx)
+int mrmgr__watch_begin(struct mrmgr__mon_cache *m, uint64_t start,
+		       uint64_t last, struct mrmgr__watch_tx *tx)
 {
-	uint32_t mode = c->mon.mode;
+	uint32_t mode = m->mode;
 	int err = ERR_NO_SOURCE, herr;
 
 	memset(tx, 0, sizeof(*tx));
@@ -432,29 +431,29 @@ int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
 	}
 	pthread_mutex_lock(&mrmgr__mon_lock);
 	if (mrmgr__mon_two_sided(mode)) {
-		err = trusted_watch(&c->mon, tx, start, last);
+		err = trusted_watch(m, tx, start, last);
 	} else if ((mode == MRMGR_MONITOR_UFFD ||
 		    (mode == MRMGR_MONITOR_AUTO && !mrmgr__patch_start)) &&
 		   mrmgr__uffd_start() == 0) {
-		err = uffd_watch(&c->mon, tx, start, last);
+		err = uffd_watch(m, tx, start, last);
 	} else if ((mode == MRMGR_MONITOR_HOOKS || mode == MRMGR_MONITOR_AUTO) &&
 		   mrmgr__hooks_state(&herr) == SRC_ACTIVE) {
 		/* Hooks that report after the call only. */
-		err = trusted_watch(&c->mon, tx, start, last);
+		err = trusted_watch(m, tx, start, last);
 	}
 	pthread_mutex_unlock(&mrmgr__mon_lock);
 	if (err)
-		unwatched(c, start, last, err);
+		unwatched(m, start, last, err);
 	return err;
 }
 
-int mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
-			    struct mrmgr_region *r)
+int mrmgr__watch_commit(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
+			struct mrmgr__watch *w)
 {
-	int dirty = r->watch.dirty;
+	int dirty = w->dirty;
 
-	r->watched = 0;
-	r->watch.dirty = 0;
+	w->joined = 0;
+	w->dirty = 0;
 	/*
 	 * After the registration pinned the pages: a change that is in
 	 * flight over them, or began (or ended) since the window opened, may
@@ -465,26 +464,25 @@ int mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (dirty || mrmgr__mon_change_in_flight(tx->start, tx->last) ||
 	    mrmgr__mon_queue_dirty(tx->from, tx->start, tx->last)) {
-		mrmgr__mon_watch_abort(c, tx);
-		c->mon.window_uncached++;
+		mrmgr__watch_abort(tx);
+		m->window_uncached++;
 		return EAGAIN;
 	}
 	if (tx->kind != TX_UFFD)
 		return 0;
-	/* The region joins the range before the provisional entry leaves it,
-	 * so nothing is unregistered in between. */
+	/* The new entry joins the range before the provisional one leaves
+	 * it, so nothing is unregistered in between. */
 	pthread_mutex_lock(&mrmgr__mon_lock);
-	(void)watch_join(&r->watch, tx->w.node.start, tx->w.node.last);
+	(void)watch_join(w, tx->w.node.start, tx->w.node.last);
 	watch_leave(&tx->w);
 	pthread_mutex_unlock(&mrmgr__mon_lock);
-	r->watched = 1;
+	w->joined = 1;
 	tx->kind = TX_NONE;
 	return 0;
 }
 
-void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx)
+void mrmgr__watch_abort(struct mrmgr__watch_tx *tx)
 {
-	(void)c;
 	if (tx->kind != TX_UFFD)
 		return;
 	pthread_mutex_lock(&mrmgr__mon_lock);
@@ -493,13 +491,12 @@ void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx)
 	tx->kind = TX_NONE;
 }
 
-void mrmgr__mon_unwatch(struct mrmgr_cache *c, struct mrmgr_region *r)
+void mrmgr__watch_end(struct mrmgr__watch *w)
 {
-	(void)c;
-	if (!r->watched)
+	if (!w->joined)
 		return;
 	pthread_mutex_lock(&mrmgr__mon_lock);
-	watch_leave(&r->watch);
+	watch_leave(w);
 	pthread_mutex_unlock(&mrmgr__mon_lock);
-	r->watched = 0;
+	w->joined = 0;
 }

@@ -29,8 +29,8 @@ int mrmgr__proc_file_fd(struct mrmgr__proc_file *f);
 /*
  * The PROCMAP_QUERY ioctl on /proc/self/maps (linux/fs.h, Linux 6.11),
  * declared here because the headers of older systems lack it; size tells
- * the kernel which layout we pass. Used by odp_maps.c and os/vma.c;
- * both fall back to parsing the text where the kernel lacks it.
+ * the kernel which layout we pass. Used by vma.c, which falls back to
+ * parsing the text where the kernel lacks it.
  */
 struct mrmgr__procmap_query {
 	uint64_t size;
@@ -53,6 +53,7 @@ struct mrmgr__procmap_query {
 #define MRMGR__PROCMAP_QUERY _IOWR('f', 17, struct mrmgr__procmap_query)
 #define MRMGR__PROCMAP_READABLE 0x01
 #define MRMGR__PROCMAP_WRITABLE 0x02
+#define MRMGR__PROCMAP_EXECUTABLE 0x04
 #define MRMGR__PROCMAP_VMA_SHARED 0x08
 
 /* The process id, kept current by a fork handler: getpid() is a system

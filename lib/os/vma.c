@@ -1,23 +1,23 @@
 /*
- * What kind of memory a range is: whether a memory-event source can
- * vouch for it.
+ * The process's mappings (vma.h): one reader of /proc/self/maps for the
+ * whole library.
  *
- * Only anonymous private memory (heap, stacks, anonymous mmap, private
- * anonymous huge pages) changes solely through calls this process makes
- * on that range, which userfaultfd reports. Shared memory (shmem,
- * memfd, SysV segments, MAP_SHARED files) can lose its pages through
- * another mapping or a file operation (ftruncate, fallocate punch-hole,
- * MADV_REMOVE in a forked child) that raises no event on ours; and
- * userfaultfd accepts a write-protect registration on shmem anyway
- * (measured on 6.18), so the kind has to be checked, not inferred from
- * the registration succeeding.
+ * Linux 6.11 answers with one ioctl per mapping (PROCMAP_QUERY, about a
+ * microsecond each); older kernels (Debian 12's 6.1) need the text
+ * parsed from the start, tens of microseconds in a large process, since
+ * the kernel formats every line before the ones wanted. The ioctl is
+ * tried first; ENOTTY (or EINVAL, from a kernel whose maps file takes no
+ * ioctl) is remembered and the text is used from then on.
  *
- * Linux 6.11 answers with one ioctl per VMA (PROCMAP_QUERY); older
- * kernels (Debian 12's 6.1) need /proc/self/maps parsed from the start,
- * which costs tens of microseconds in a large process: once per
- * registration that is cached, next to a registration that costs more.
+ * The ioctl goes to one descriptor per process (procfs.h: reopened after
+ * fork, since the file is bound to the process that opened it); it keeps
+ * no position, so threads share it. The text is read from a descriptor
+ * of its own each time: a shared one would make threads reading at once
+ * restart each other's walk from the first line.
  *
- * Called with the monitor lock held (the file descriptor is shared).
+ * Callers ask on slow paths only (a registration that is about to be
+ * cached, an ODP registration, growth headroom, an alias, a shmdt()):
+ * never on a cache hit.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -29,52 +29,25 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "monitor.h"
 #include "procfs.h"
-
-/* PROCMAP_QUERY is declared in procfs.h. */
+#include "vma.h"
 
 /* The kernel names anonymous MAP_HUGETLB memory after this file. */
 #define ANON_HUGE "/anon_hugepage"
+#define PROCMAP_COVERING_OR_NEXT 0x10
 
-static int maps_fd = -1;
-static pid_t maps_pid;
+static struct mrmgr__proc_file maps = MRMGR__PROC_FILE("/proc/self/maps");
 static int query_works = -1; /* -1 unknown, 0 no (ENOTTY), 1 yes */
 
-static int get_maps_fd(void)
-{
-	pid_t pid = mrmgr__getpid();
+/* ------------------------------------------------------------ ioctl */
 
-	/* The file is bound to the process that opened it: a fork child
-	 * reading its parent's fd would classify the parent's memory. */
-	if (maps_fd >= 0 && maps_pid != pid) {
-		close(maps_fd);
-		maps_fd = -1;
-	}
-	if (maps_fd < 0) {
-		maps_fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-		maps_pid = pid;
-	}
-	return maps_fd;
-}
-
-static int kind_of(int shared, uint64_t inode, const char *name)
-{
-	if (shared)
-		return MRMGR__VMA_SHARED;
-	if (!inode)
-		return MRMGR__VMA_ANON_PRIVATE;
-	if (name && !strncmp(name, ANON_HUGE, sizeof(ANON_HUGE) - 1))
-		return MRMGR__VMA_ANON_PRIVATE;
-	return MRMGR__VMA_FILE_PRIVATE;
-}
-
-/* One PROCMAP_QUERY at a; 0, or an errno (ENOENT: no VMA there). */
-static int query_one(int fd, uint64_t a, struct mrmgr__procmap_query *q,
-		     char *name, uint32_t name_size)
+static int query_at(int fd, uint64_t a, uint64_t flags,
+		    struct mrmgr__procmap_query *q, char *name,
+		    uint32_t name_size)
 {
 	memset(q, 0, sizeof(*q));
 	q->size = sizeof(*q);
+	q->query_flags = flags;
 	q->query_addr = a;
 	if (name) {
 		q->vma_name_size = name_size;
@@ -84,58 +57,84 @@ static int query_one(int fd, uint64_t a, struct mrmgr__procmap_query *q,
 	return ioctl(fd, MRMGR__PROCMAP_QUERY, q) ? errno : 0;
 }
 
-/*
- * Worst kind over [start, last] with PROCMAP_QUERY, and the extent of the
- * VMAs that cover it; -1 if unsupported.
- */
-static int classify_query(int fd, uint64_t start, uint64_t last,
-			  uint64_t *vstart, uint64_t *vlast)
+/* Anonymous huge pages have a hugetlbfs inode; only their name tells.
+ * A name costs the kernel a path lookup: asked for huge pages only. */
+static int query_anon(int fd, const struct mrmgr__procmap_query *q)
 {
-	int worst = MRMGR__VMA_ANON_PRIVATE;
-	uint64_t a = start;
+	struct mrmgr__procmap_query nq;
+	char name[64];
 
-	while (a <= last) {
-		struct mrmgr__procmap_query q;
-		char name[64];
-		int shared, k, err = query_one(fd, a, &q, NULL, 0);
-
-		if (err == ENOTTY || err == EINVAL)
-			return -1;
-		if (err)
-			return MRMGR__VMA_UNMAPPED;
-		if (a == start)
-			*vstart = q.vma_start;
-		*vlast = q.vma_end - 1;
-		shared = !!(q.vma_flags & MRMGR__PROCMAP_VMA_SHARED);
-		k = kind_of(shared, q.inode, NULL);
-		/* Private with a file: anonymous huge pages have one too. */
-		if (k == MRMGR__VMA_FILE_PRIVATE && q.vma_page_size > 4096 &&
-		    query_one(fd, a, &q, name, sizeof(name)) == 0 &&
-		    q.vma_name_size)
-			k = kind_of(shared, q.inode, name);
-		if (k > worst)
-			worst = k;
-		if (q.vma_end <= a)
-			break;
-		a = q.vma_end;
-	}
-	return worst;
+	if (!q->inode)
+		return 1;
+	if (q->vma_page_size <= 4096 ||
+	    query_at(fd, q->vma_start, 0, &nq, name, sizeof(name)) ||
+	    !nq.vma_name_size)
+		return 0;
+	return !strncmp(name, ANON_HUGE, sizeof(ANON_HUGE) - 1);
 }
 
-static uint64_t parse_hex(const char **p)
+/* -ENOTTY when the kernel lacks the ioctl. */
+static int walk_query(uint64_t start, uint64_t last, mrmgr__vma_fn fn,
+		      void *arg)
+{
+	int fd = mrmgr__proc_file_fd(&maps);
+	uint64_t a = start;
+
+	if (fd < 0)
+		return -(errno ? errno : EIO);
+	for (;;) {
+		struct mrmgr__procmap_query q;
+		struct mrmgr__vma v;
+		int err = query_at(fd, a, PROCMAP_COVERING_OR_NEXT, &q, NULL, 0);
+		int ret;
+
+		if (err == ENOENT)
+			return 0;
+		if (err == ENOTTY || err == EINVAL)
+			return -ENOTTY;
+		if (err)
+			return -err;
+		if (q.vma_start > last || q.vma_end <= a)
+			return 0;
+		v.start = q.vma_start;
+		v.end = q.vma_end;
+		v.offset = q.vma_offset;
+		v.inode = q.inode;
+		v.dev_major = q.dev_major;
+		v.dev_minor = q.dev_minor;
+		v.flags = (q.vma_flags & MRMGR__PROCMAP_READABLE ? MRMGR__VMA_F_READ : 0) |
+			  (q.vma_flags & MRMGR__PROCMAP_WRITABLE ? MRMGR__VMA_F_WRITE : 0) |
+			  (q.vma_flags & MRMGR__PROCMAP_EXECUTABLE ? MRMGR__VMA_F_EXEC : 0) |
+			  (q.vma_flags & MRMGR__PROCMAP_VMA_SHARED ? MRMGR__VMA_F_SHARED : 0) |
+			  (query_anon(fd, &q) ? MRMGR__VMA_F_ANON : 0);
+		ret = fn(&v, arg);
+		if (ret)
+			return ret;
+		if (q.vma_end - 1 >= last)
+			return 0;
+		a = q.vma_end;
+	}
+}
+
+/* ------------------------------------------------------------ text */
+
+static uint64_t parse_num(const char **p, const char *end, unsigned int base)
 {
 	uint64_t v = 0;
 
-	for (;; (*p)++) {
+	for (; *p < end; (*p)++) {
 		char c = **p;
+		unsigned int d;
 
 		if (c >= '0' && c <= '9')
-			v = v * 16 + (uint64_t)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			v = v * 16 + (uint64_t)(c - 'a' + 10);
+			d = (unsigned int)(c - '0');
+		else if (base == 16 && c >= 'a' && c <= 'f')
+			d = (unsigned int)(c - 'a' + 10);
 		else
-			return v;
+			break;
+		v = v * base + d;
 	}
+	return v;
 }
 
 static const char *skip_field(const char *p, const char *end)
@@ -147,120 +146,286 @@ static const char *skip_field(const char *p, const char *end)
 	return p;
 }
 
-/*
- * One line "start-end perms offset dev inode [name]": folds its kind into
- * *worst when it overlaps [start, last] and advances *covered to its end
- * when it is contiguous with what was covered so far. Returns 1 once the
- * lines are past the range.
- */
-static int maps_line(const char *p, const char *end, uint64_t start,
-		     uint64_t last, uint64_t *covered, int *worst,
-		     uint64_t *vstart, uint64_t *vlast)
-{
-	uint64_t vs = parse_hex(&p), ve, inode = 0;
-	int shared, k;
+struct text_walk {
+	uint64_t start, last;
+	mrmgr__vma_fn fn;
+	void *arg;
+	int ret;
+};
 
+/*
+ * One line "start-end perms offset major:minor inode [name]", up to end
+ * (a line longer than the buffer comes cut: its head has every field
+ * wanted). 1 when the walk is over (fn said so, or the lines are past
+ * last).
+ */
+static int text_line(const char *p, const char *end, struct text_walk *w)
+{
+	struct mrmgr__vma v;
+	const char *perms;
+
+	memset(&v, 0, sizeof(v));
+	v.start = parse_num(&p, end, 16);
 	if (p >= end || *p != '-')
 		return 0;
 	p++;
-	ve = parse_hex(&p);
-	if (vs > last)
+	v.end = parse_num(&p, end, 16);
+	if (v.start > w->last)
 		return 1;
-	if (ve <= start)
+	if (v.end <= w->start)
 		return 0;
-	p = skip_field(p, end);                 /* -> perms */
-	shared = p + 3 < end && p[3] == 's';
-	p = skip_field(p, end);                 /* -> offset */
-	p = skip_field(p, end);                 /* -> dev */
-	p = skip_field(p, end);                 /* -> inode */
-	while (p < end && *p >= '0' && *p <= '9')
-		inode = inode * 10 + (uint64_t)(*p++ - '0');
-	p = skip_field(p, end);                 /* -> name, if any */
-	{
-		char name[sizeof(ANON_HUGE)];
-		size_t n = (size_t)(end - p) < sizeof(name) - 1
-				   ? (size_t)(end - p) : sizeof(name) - 1;
-
-		memcpy(name, p, n);
-		name[n] = '\0';
-		k = kind_of(shared, inode, name);
-	}
-	if (k > *worst)
-		*worst = k;
-	if (vs <= start && ve > start)
-		*vstart = vs;
-	if (vs <= *covered && ve > *covered)
-		*covered = ve;
-	*vlast = ve - 1;
-	return ve > last;
+	perms = p = skip_field(p, end);
+	if (end - perms >= 4)
+		v.flags = (perms[0] == 'r' ? MRMGR__VMA_F_READ : 0) |
+			  (perms[1] == 'w' ? MRMGR__VMA_F_WRITE : 0) |
+			  (perms[2] == 'x' ? MRMGR__VMA_F_EXEC : 0) |
+			  (perms[3] == 's' ? MRMGR__VMA_F_SHARED : 0);
+	p = skip_field(p, end);
+	v.offset = parse_num(&p, end, 16);
+	p = skip_field(p, end);
+	v.dev_major = (uint32_t)parse_num(&p, end, 16);
+	if (p < end && *p == ':')
+		p++;
+	v.dev_minor = (uint32_t)parse_num(&p, end, 16);
+	p = skip_field(p, end);
+	v.inode = parse_num(&p, end, 10);
+	p = skip_field(p, end);
+	if (!v.inode || ((size_t)(end - p) >= sizeof(ANON_HUGE) - 1 &&
+			 !memcmp(p, ANON_HUGE, sizeof(ANON_HUGE) - 1)))
+		v.flags |= MRMGR__VMA_F_ANON;
+	w->ret = w->fn(&v, w->arg);
+	return w->ret != 0 || v.end - 1 >= w->last;
 }
 
-static int classify_maps(int fd, uint64_t start, uint64_t last,
-			 uint64_t *vstart, uint64_t *vlast)
+/* Lines go through a stack buffer: no allocation. */
+static int walk_text(uint64_t start, uint64_t last, mrmgr__vma_fn fn,
+		     void *arg)
 {
+	struct text_walk w = { start, last, fn, arg, 0 };
 	char buf[4096];
 	size_t have = 0;
-	off_t off = 0;
-	uint64_t covered = start;
-	int worst = MRMGR__VMA_ANON_PRIVATE, done = 0, skipping = 0;
+	int done = 0, skipping = 0;
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
 
+	if (fd < 0)
+		return -(errno ? errno : EIO);
 	while (!done) {
-		ssize_t n = pread(fd, buf + have, sizeof(buf) - have, off);
+		ssize_t n = read(fd, buf + have, sizeof(buf) - have);
 		char *line = buf, *nl;
 
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0)
+			w.ret = -(errno ? errno : EIO);
 		if (n <= 0)
 			break;
-		off += n;
 		have += (size_t)n;
 		while (!done && (nl = memchr(line, '\n', have - (size_t)(line - buf)))) {
 			if (!skipping)
-				done = maps_line(line, nl, start, last, &covered,
-						 &worst, vstart, vlast);
+				done = text_line(line, nl, &w);
 			skipping = 0;
 			line = nl + 1;
 		}
 		have -= (size_t)(line - buf);
-		if (have == sizeof(buf)) {
-			/* A line longer than the buffer: its head has what we
-			 * need (a long name is a file's); drop the rest. */
+		if (!done && have == sizeof(buf)) {
+			/* A line longer than the buffer (a long path): its
+			 * head has what is wanted; drop the rest. */
 			if (!skipping)
-				done = maps_line(buf, buf + have, start, last,
-						 &covered, &worst, vstart, vlast);
+				done = text_line(buf, buf + have, &w);
 			skipping = 1;
 			have = 0;
 		} else {
 			memmove(buf, line, have);
 		}
 	}
-	if (covered <= last && worst < MRMGR__VMA_UNMAPPED)
-		worst = MRMGR__VMA_UNMAPPED; /* a hole somewhere */
-	return worst;
+	close(fd);
+	return w.ret;
+}
+
+/* ------------------------------------------------------------ walks */
+
+int mrmgr__vma_walk(uint64_t start, uint64_t last, unsigned int how,
+		    mrmgr__vma_fn fn, void *arg)
+{
+	if (!(how & MRMGR__VMA_TEXT) &&
+	    __atomic_load_n(&query_works, __ATOMIC_RELAXED) != 0) {
+		int ret = walk_query(start, last, fn, arg);
+
+		if (ret != -ENOTTY) {
+			__atomic_store_n(&query_works, 1, __ATOMIC_RELAXED);
+			return ret;
+		}
+		__atomic_store_n(&query_works, 0, __ATOMIC_RELAXED);
+	}
+	return walk_text(start, last, fn, arg);
+}
+
+int mrmgr__vma_uses_query(void)
+{
+	return __atomic_load_n(&query_works, __ATOMIC_RELAXED) == 1;
+}
+
+struct find {
+	uint64_t addr;
+	struct mrmgr__vma *v;
+	int found;
+};
+
+static int find_one(const struct mrmgr__vma *v, void *arg)
+{
+	struct find *f = arg;
+
+	if (v->start <= f->addr) {
+		*f->v = *v;
+		f->found = 1;
+	}
+	return 1;
+}
+
+int mrmgr__vma_find(uint64_t addr, unsigned int how, struct mrmgr__vma *v)
+{
+	struct find f = { addr, v, 0 };
+	int ret = mrmgr__vma_walk(addr, addr, how, find_one, &f);
+
+	if (ret < 0)
+		return -ret;
+	return f.found ? 0 : ENOENT;
+}
+
+/* ------------------------------------------------------------ protections */
+
+struct prot {
+	uint64_t next, last;
+	int write, err;
+	const char *why;
+};
+
+static int prot_one(const struct mrmgr__vma *v, void *arg)
+{
+	struct prot *p = arg;
+
+	if (v->start > p->next)
+		p->why = "not mapped";
+	else if (!(v->flags & MRMGR__VMA_F_READ))
+		p->why = "not readable";
+	else if (p->write && !(v->flags & MRMGR__VMA_F_WRITE))
+		p->why = "read-only";
+	else if (v->end - 1 >= p->last)
+		return 1; /* covered */
+	else {
+		p->next = v->end;
+		return 0;
+	}
+	p->err = EFAULT;
+	return 1;
+}
+
+int mrmgr__vma_check_prot(uint64_t start, uint64_t last, int write,
+			  unsigned int how, uint64_t *bad, const char **why)
+{
+	struct prot p = { start, last, write, 0, "not mapped" };
+	int ret = mrmgr__vma_walk(start, last, how, prot_one, &p);
+
+	if (ret < 0)
+		return -ret;
+	if (!ret) /* the mappings ended before last */
+		p.err = EFAULT;
+	if (p.err) {
+		*bad = p.next;
+		*why = p.why;
+	}
+	return p.err;
+}
+
+struct readable {
+	uint64_t from, last;
+	int write, found;
+	uint64_t *s, *e;
+};
+
+static int readable_one(const struct mrmgr__vma *v, void *arg)
+{
+	struct readable *r = arg;
+
+	if (!(v->flags & MRMGR__VMA_F_READ) ||
+	    (r->write && !(v->flags & MRMGR__VMA_F_WRITE)))
+		return 0;
+	*r->s = v->start > r->from ? v->start : r->from;
+	*r->e = v->end - 1 < r->last ? v->end - 1 : r->last;
+	r->found = 1;
+	return 1;
+}
+
+int mrmgr__vma_next_readable(uint64_t from, uint64_t last, int write,
+			     unsigned int how, uint64_t *s, uint64_t *e)
+{
+	struct readable r = { from, last, write, 0, s, e };
+	int ret = mrmgr__vma_walk(from, last, how, readable_one, &r);
+
+	if (ret < 0)
+		return -ret;
+	return r.found ? 0 : ENOENT;
+}
+
+/* ------------------------------------------------------------ kinds */
+
+/*
+ * Only anonymous private memory (heap, stacks, anonymous mmap, private
+ * anonymous huge pages) changes solely through calls this process makes
+ * on that range, which a memory-event source reports. Shared memory
+ * (shmem, memfd, SysV segments, MAP_SHARED files) can lose its pages
+ * through another mapping or a file operation (ftruncate, fallocate
+ * punch-hole, MADV_REMOVE in a forked child) that raises no event on
+ * ours; and userfaultfd accepts a write-protect registration on shmem
+ * anyway (measured on 6.18), so the kind has to be checked, not inferred
+ * from the registration succeeding.
+ */
+static int kind_of(uint32_t flags)
+{
+	if (flags & MRMGR__VMA_F_SHARED)
+		return MRMGR__VMA_SHARED;
+	if (flags & MRMGR__VMA_F_ANON)
+		return MRMGR__VMA_ANON_PRIVATE;
+	return MRMGR__VMA_FILE_PRIVATE;
+}
+
+struct classify {
+	uint64_t last, covered, vs, vl;
+	int worst, first;
+};
+
+static int classify_one(const struct mrmgr__vma *v, void *arg)
+{
+	struct classify *c = arg;
+	int k = kind_of(v->flags);
+
+	if (v->start > c->covered) {
+		c->worst = MRMGR__VMA_UNMAPPED; /* a hole */
+		return 1;
+	}
+	if (c->first) {
+		c->vs = v->start;
+		c->first = 0;
+	}
+	c->vl = v->end - 1;
+	c->covered = v->end;
+	if (k > c->worst)
+		c->worst = k;
+	return 0;
 }
 
 int mrmgr__vma_classify(uint64_t start, uint64_t last, uint64_t *vstart,
 			uint64_t *vlast)
 {
-	uint64_t vs = start, vl = last;
-	int fd = get_maps_fd(), k = -1;
+	struct classify c = { last, start, start, last,
+			      MRMGR__VMA_ANON_PRIVATE, 1 };
+	int ret = mrmgr__vma_walk(start, last, 0, classify_one, &c);
 
-	if (fd < 0)
-		return MRMGR__VMA_UNMAPPED;
-	if (query_works != 0) {
-		k = classify_query(fd, start, last, &vs, &vl);
-		query_works = k >= 0;
-	}
-	if (k < 0)
-		k = classify_maps(fd, start, last, &vs, &vl);
+	if (ret < 0 || c.covered <= last)
+		c.worst = MRMGR__VMA_UNMAPPED;
 	if (vstart)
-		*vstart = vs;
+		*vstart = c.vs;
 	if (vlast)
-		*vlast = vl;
-	return k;
-}
-
-int mrmgr__vma_uses_query(void)
-{
-	return query_works == 1;
+		*vlast = c.vl;
+	return c.worst;
 }

@@ -17,9 +17,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
 # Known violations, each "rule file what". The core refactor (one small
-# table of hooks the features plug into, the monitor feeding a queue the
-# core drains, one /proc/self/maps reader in os/ that serves odp and the
-# monitor) removes them; nothing may be added here. The separation of
+# table of hooks the features plug into) removes them; nothing may be
+# added here. The separation of
 # the simulator from the production library has no entry and gets none.
 cat >"$tmp/allow" <<'ALLOW'
 core-includes-ext core/cache.c grow.h
@@ -44,12 +43,6 @@ core-calls-ext core/cache.c mrmgr__share_region_new
 core-calls-ext core/cache.c mrmgr__share_region_release
 core-calls-ext core/cache.c mrmgr__share_report_busy
 core-calls-ext core/stats.c mrmgr__odp_stats
-os-includes-upper os/odp_maps.c odp.h
-os-includes-upper os/vma.c monitor.h
-monitor-includes-core monitor/monitor.c cache.h
-monitor-includes-core monitor/watch.c cache.h
-monitor-calls-core monitor/monitor.c mrmgr__fork_track
-monitor-calls-core monitor/monitor.c mrmgr__fork_untrack
 ALLOW
 : >"$tmp/found"
 

@@ -948,6 +948,7 @@ Test(odp, implicit_mode_under_threads_and_invalidation)
 /* ------------------------------------------------------------ maps */
 
 #include "odp.h"
+#include "vma.h"
 
 /* Both ways of reading protections agree, on every kind of range. */
 Test(odp, the_mapping_check_agrees_with_the_maps_text)
@@ -975,8 +976,8 @@ Test(odp, the_mapping_check_agrees_with_the_maps_text)
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		uint64_t s = (uintptr_t)p + cases[k].off;
 		uint64_t l = s + cases[k].len - 1;
-		int r1 = mrmgr__odp_check_mapping(s, l, cases[k].write, &b1, &w1);
-		int r2 = mrmgr__odp_check_mapping_text(s, l, cases[k].write, &b2, &w2);
+		int r1 = mrmgr__vma_check_prot(s, l, cases[k].write, 0, &b1, &w1);
+		int r2 = mrmgr__vma_check_prot(s, l, cases[k].write, MRMGR__VMA_TEXT, &b2, &w2);
 
 		cr_assert_eq(r1, cases[k].want, "case %zu", k);
 		cr_assert_eq(r2, cases[k].want, "case %zu (text)", k);
@@ -1000,19 +1001,19 @@ Test(odp, the_mapping_check_follows_fork)
 	pid_t pid;
 
 	/* Open the parent's descriptor first. */
-	cr_assert_eq(mrmgr__odp_check_mapping((uintptr_t)p, (uintptr_t)p + PG - 1,
-					      1, &bad, &why), 0);
+	cr_assert_eq(mrmgr__vma_check_prot((uintptr_t)p, (uintptr_t)p + PG - 1,
+					      1, 0, &bad, &why), 0);
 	pid = fork();
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
 		char *q = mmap(NULL, PG, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		int ok = q != MAP_FAILED &&
-			 mrmgr__odp_check_mapping((uintptr_t)q, (uintptr_t)q + PG - 1,
-						  1, &bad, &why) == 0 &&
+			 mrmgr__vma_check_prot((uintptr_t)q, (uintptr_t)q + PG - 1,
+						  1, 0, &bad, &why) == 0 &&
 			 munmap(p, PG) == 0 &&
-			 mrmgr__odp_check_mapping((uintptr_t)p, (uintptr_t)p + PG - 1,
-						  0, &bad, &why) == EFAULT;
+			 mrmgr__vma_check_prot((uintptr_t)p, (uintptr_t)p + PG - 1,
+						  0, 0, &bad, &why) == EFAULT;
 		_exit(ok ? 0 : 1);
 	}
 	cr_assert_eq(waitpid(pid, &status, 0), pid);

@@ -17,6 +17,7 @@
 #include "helpers.h"
 #include "odp.h"
 #include "prefetch.h"
+#include "vma.h"
 
 #define PG ((size_t)4096)
 
@@ -785,33 +786,33 @@ Test(prefetch, readable_pieces_by_query_and_by_text_agree)
 	cr_assert_neq(res, MAP_FAILED);
 	cr_assert_eq(mprotect(res + 4 * MiB, MiB, PROT_READ), 0);
 	cr_assert_eq(mprotect(res + 8 * MiB, 3 * PG, PROT_READ | PROT_WRITE), 0);
-	cr_assert_eq(mrmgr__odp_next_readable(base, base + span - 1, 0, &s1, &e1), 0);
-	cr_assert_eq(mrmgr__odp_next_readable_text(base, base + span - 1, 0, &s2,
+	cr_assert_eq(mrmgr__vma_next_readable(base, base + span - 1, 0, 0, &s1, &e1), 0);
+	cr_assert_eq(mrmgr__vma_next_readable(base, base + span - 1, 0, MRMGR__VMA_TEXT, &s2,
 						   &e2), 0);
 	cr_assert_eq(s1, base + 4 * MiB);
 	cr_assert_eq(e1, base + 5 * MiB - 1);
 	cr_assert_eq(s1, s2);
 	cr_assert_eq(e1, e2);
 	/* From inside a piece; and clipped to last. */
-	cr_assert_eq(mrmgr__odp_next_readable(base + 8 * MiB + 10, base + 8 * MiB + PG, 0, &s1, &e1), 0);
-	cr_assert_eq(mrmgr__odp_next_readable_text(base + 8 * MiB + 10, base + 8 * MiB + PG, 0, &s2,
+	cr_assert_eq(mrmgr__vma_next_readable(base + 8 * MiB + 10, base + 8 * MiB + PG, 0, 0, &s1, &e1), 0);
+	cr_assert_eq(mrmgr__vma_next_readable(base + 8 * MiB + 10, base + 8 * MiB + PG, 0, MRMGR__VMA_TEXT, &s2,
 						   &e2), 0);
 	cr_assert_eq(s1, base + 8 * MiB + 10);
 	cr_assert_eq(e1, base + 8 * MiB + PG);
 	cr_assert_eq(s2, s1);
 	cr_assert_eq(e2, e1);
 	/* Writable only. */
-	cr_assert_eq(mrmgr__odp_next_readable(base, base + span - 1, 1, &s1, &e1), 0);
-	cr_assert_eq(mrmgr__odp_next_readable_text(base, base + span - 1, 1,
+	cr_assert_eq(mrmgr__vma_next_readable(base, base + span - 1, 1, 0, &s1, &e1), 0);
+	cr_assert_eq(mrmgr__vma_next_readable(base, base + span - 1, 1, MRMGR__VMA_TEXT,
 						   &s2, &e2), 0);
 	cr_assert_eq(s1, base + 8 * MiB);
 	cr_assert_eq(e1, base + 8 * MiB + 3 * PG - 1);
 	cr_assert_eq(s2, s1);
 	cr_assert_eq(e2, e1);
 	/* Nothing readable. */
-	cr_assert_eq(mrmgr__odp_next_readable(base, base + 4 * MiB - 1, 0, &s1, &e1),
+	cr_assert_eq(mrmgr__vma_next_readable(base, base + 4 * MiB - 1, 0, 0, &s1, &e1),
 		     ENOENT);
-	cr_assert_eq(mrmgr__odp_next_readable_text(base, base + 4 * MiB - 1, 0,
+	cr_assert_eq(mrmgr__vma_next_readable(base, base + 4 * MiB - 1, 0, MRMGR__VMA_TEXT,
 						   &s1, &e1), ENOENT);
 	munmap(res, span);
 }
