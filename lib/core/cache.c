@@ -57,9 +57,8 @@
 #include "cache.h"
 #include "config_env.h"
 #include "evict.h"
-#include "grow.h"
+#include "ext.h"
 #include "log.h"
-#include "share.h"
 
 #define HIT_ATTEMPTS 4
 #define HIT_MAX_STEPS 256
@@ -159,8 +158,8 @@ static struct mrmgr_region *region_alloc(struct mrmgr_cache *c)
 	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
 	c->all[c->nall++] = r;
 got:
-	/* A multi-PD region needs its per-PD MR table before it is used. */
-	if ((c->flags & MRMGR__CACHE_MULTI_PD) && mrmgr__share_get(c, r)) {
+	/* A feature may need state of its own before the region is used. */
+	if (mrmgr__ext_region_alloc(c, r)) {
 		r->free_next = c->free_list;
 		c->free_list = r;
 		return NULL;
@@ -185,8 +184,7 @@ static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 	mrmgr__mon_unwatch(c, r); /* a no-op unless grow.c held it out */
 	if (mrmgr__unlikely(c->ndeferred))
 		mrmgr__cache_dereg_retry(c, 0);
-	if (r->share) /* its MRs in other PDs, its share-set membership */
-		mrmgr__share_region_release(c, r);
+	mrmgr__ext_region_released(c, r); /* before its MR goes */
 	/* A view borrows the implicit MR, which lives as long as the cache. */
 	ret = r->kind == MRMGR__REGION_VIEW ? 0
 	      : mrmgr__cache_dereg(c, r->mr, "a region's MR");
@@ -199,8 +197,6 @@ static void region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 	c->nregions--;
 	if (r->kind == MRMGR__REGION_PINNED)
 		c->pinned_bytes -= len;
-	else
-		mrmgr__odp_region_gone(c, r);
 	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
 	r->free_next = c->free_list;
 	c->free_list = r;
@@ -564,7 +560,7 @@ static int do_reg(struct mrmgr_cache *c, uint64_t start, uint64_t len,
 		  unsigned int access, struct ibv_mr **mr)
 {
 	int ret = mrmgr__dev_reg_mr(c->ops, c->pd, (void *)(uintptr_t)start,
-				    len, (int)(access | c->odp.reg_access), mr);
+				    len, (int)(access | c->reg_access), mr);
 
 	reg_done(c, start, len, access, ret);
 	return ret;
@@ -648,10 +644,9 @@ static void region_retire(struct mrmgr_cache *c, struct mrmgr_region *r)
 	mrmgr__mon_unwatch(c, r);
 	mrmgr__region_clear_keys(r);
 	c->nregions--;
+	mrmgr__ext_region_released(c, r);
 	if (r->kind == MRMGR__REGION_PINNED)
 		c->pinned_bytes -= mrmgr__region_len(r);
-	else
-		mrmgr__odp_region_gone(c, r);
 	/* FREE: a stale reader's put leaves it alone; off the free list
 	 * until its MR is gone. */
 	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
@@ -714,7 +709,7 @@ static int reg_unlocked(struct mrmgr_cache *c, uint64_t start, uint64_t len,
 {
 	struct mrmgr_region *reap = c->reap;
 	struct ibv_pd *pd = c->pd;
-	int extra = (int)c->odp.reg_access;
+	int extra = (int)c->reg_access;
 	uint64_t n = 0;
 	int ret;
 
@@ -776,13 +771,14 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	unsigned int racc = access;
 	int cacheable = !(c->cfg.flags & MRMGR_CACHE_DISABLE);
 	int unlock = (gflags & MRMGR__GET_MAY_UNLOCK) &&
-		     !(c->flags & MRMGR__CACHE_MULTI_PD);
+		     !(c->flags & MRMGR__CACHE_EXT_GET);
 	int merged = 0, reserved = 0;
 	int kind = MRMGR__REGION_PINNED;
 	struct ibv_mr *mr = NULL;
 	struct mrmgr_region *r;
 	struct mrmgr__watch_tx watch;
 	struct mrmgr__inflight fl;
+	struct mrmgr__miss m;
 	int ret;
 
 	/* Another miss registers this already: wait for it, look again. */
@@ -792,9 +788,8 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	}
 	if (cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE) &&
 	    !(gflags & MRMGR__GET_NO_MERGE)) {
-		/* ODP regions pin nothing: max_bytes does not bound them. */
-		uint64_t limit = c->odp.mode != MRMGR_ODP_OFF ? UINT64_MAX
-							 : c->cfg.max_bytes;
+		/* Regions that pin nothing: max_bytes does not bound them. */
+		uint64_t limit = c->unpinned ? UINT64_MAX : c->cfg.max_bytes;
 
 		if (c->caps.max_mr_size && c->caps.max_mr_size < limit)
 			limit = c->caps.max_mr_size;
@@ -805,22 +800,23 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		inflight_wait(c);
 		return MISS_AGAIN;
 	}
-	if (merged && !(gflags & MRMGR__GET_NO_GROW)) {
-		/* Growth and access upgrades: rereg the one region in place,
-		 * or widen the span by the headroom policy (grow.c). */
-		ret = mrmgr__grow_miss(c, start, last, slot, &rs, &rl, &racc,
-				       as, al, out);
-		if (ret != MRMGR__GROW_PASS)
-			return ret;
-	}
-	if (c->odp.mode != MRMGR_ODP_OFF) {
-		ret = mrmgr__odp_miss(c, start, last, access, &rs, &rl, &racc,
-				      &merged, &kind);
-		if (ret) {
-			c->st.reg_failures++;
-			return ret;
-		}
-	}
+	/* The features' say (ext.h): growth in place or headroom, the kind
+	 * of region ODP makes. */
+	m = (struct mrmgr__miss){ .start = start, .last = last,
+				  .access = access, .slot = slot,
+				  .gflags = gflags, .rs = rs, .rl = rl,
+				  .racc = racc, .as = as, .al = al,
+				  .merged = merged, .kind = kind };
+	ret = mrmgr__ext_plan_miss(c, &m, out);
+	if (ret != MRMGR__PLAN_GO_ON)
+		return ret;
+	rs = m.rs;
+	rl = m.rl;
+	racc = m.racc;
+	as = m.as;
+	al = m.al;
+	merged = m.merged;
+	kind = m.kind;
 	/* Headroom may have widened the span over a reservation. */
 	if (unlock && cacheable && inflight_find(c, rs, rl)) {
 		inflight_wait(c);
@@ -849,7 +845,7 @@ static int miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		/* The implicit MR already covers it: no registration at all
 		 * (and what the room took is deregistered now). */
 		reap_locked(c);
-		mr = c->odp.implicit_mr;
+		mr = m.view_mr;
 		account_pinned(c, kind, 0, 1);
 		goto have_mr;
 	}
@@ -926,8 +922,6 @@ have_mr:
 	r->mr = mr;
 	r->kind = kind;
 	r->flags = 0;
-	if (c->flags & MRMGR__CACHE_MULTI_PD) /* r->mr is in c->pd's slot */
-		mrmgr__share_region_new(c, r);
 	r->gen = ++c->next_gen;
 	/* A stale reader may still look at a recycled region. */
 	MRMGR__WRITE_ONCE(r->node.start, rs);
@@ -940,8 +934,7 @@ have_mr:
 	if (!(mrmgr__ref_take(r, slot) & MRMGR__REF_NEW))
 		__atomic_fetch_or(mrmgr__ref_word(r, slot), MRMGR__REF_NEW,
 				  __ATOMIC_RELAXED);
-	if (kind != MRMGR__REGION_PINNED)
-		mrmgr__odp_region_added(c, r);
+	mrmgr__ext_region_added(c, r);
 
 	if (cacheable && watch_commit(c, &watch, r)) {
 		mrmgr__mon_unwatch(c, r);
@@ -987,8 +980,7 @@ uint64_t mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
 	while ((n = mrmgr__itree_first_overlap(&c->tree, start, last))) {
 		struct mrmgr_region *r = node_region(n);
 
-		if (r->share) /* its exports are revoked */
-			mrmgr__share_invalidated(c, r);
+		mrmgr__ext_region_invalidated(c, r);
 		mrmgr__region_mark_gone(r, MRMGR_REGION_GONE_INVALIDATED);
 		region_detach(c, r);
 		c->st.invalidations++;
@@ -1069,9 +1061,8 @@ static int get(struct mrmgr_cache *c, void *addr, size_t length,
 		return ret;
 
 	slot = mrmgr__thread_slot() & (c->nstripes - 1);
-	if (mrmgr__unlikely(c->flags & MRMGR__CACHE_MULTI_PD))
-		return mrmgr__multi_get(c, NULL, start, last, access, slot,
-					region);
+	if (mrmgr__unlikely(c->flags & MRMGR__CACHE_EXT_GET))
+		return mrmgr__ext_get(c, start, last, access, slot, region);
 	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
 	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
 		r = try_hit(c, start, last, access, slot);
@@ -1152,12 +1143,13 @@ fast_hit(struct mrmgr_cache *c, uintptr_t a, size_t length,
 	 * REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE: access values
 	 * 2, 6, 8, 10, 12 and 14 of the low four bits are bad); an index
 	 * (a cache with MRMGR_CACHE_DISABLE never has one: nothing is
-	 * cached); no tree change under way; no hint to give after a hit;
-	 * not a multi-PD cache (multipd.c's get finds the PD's MR); no
+	 * cached); no tree change under way; no feature to call after a
+	 * hit or to answer the get (ext.h: MRMGR__CACHE_AFTER_GET,
+	 * MRMGR__CACHE_EXT_GET); no
 	 * memory event pending (get_locked() applies them first).
 	 */
-	_Static_assert(MRMGR__CACHE_AUTO_PREFETCH == UINT64_C(1) << 63 &&
-			       MRMGR__CACHE_MULTI_PD == UINT64_C(1) << 62,
+	_Static_assert(MRMGR__CACHE_AFTER_GET == UINT64_C(1) << 63 &&
+			       MRMGR__CACHE_EXT_GET == UINT64_C(1) << 62,
 		       "the top two bits of flags");
 	if (mrmgr__unlikely(end < a) ||
 	    mrmgr__unlikely(access & ~(unsigned int)KNOWN_ACCESS) ||
@@ -1204,8 +1196,8 @@ static __attribute__((noinline)) int get_slow(struct mrmgr_cache *c,
 	if (undo)
 		mrmgr__cache_put_slow(c, undo);
 	ret = get(c, addr, length, access, region);
-	if (mrmgr__unlikely(!ret && (c->flags & MRMGR__CACHE_AUTO_PREFETCH)))
-		mrmgr__odp_get_hint(*region, addr, length, access);
+	if (mrmgr__unlikely(!ret && (c->flags & MRMGR__CACHE_AFTER_GET)))
+		mrmgr__ext_after_get(c, *region, addr, length, access, 0);
 	return ret;
 }
 
@@ -1239,8 +1231,8 @@ MRMGR_EXPORT int mrmgr_get_ex(mrmgr_cache_t *c, void *addr, size_t length,
 		return EINVAL;
 	}
 	ret = get(c, addr, length, access, region);
-	if (!ret && mrmgr__odp_want_hint(c->flags, flags))
-		mrmgr__odp_get_hint(*region, addr, length, access);
+	if (!ret)
+		mrmgr__ext_after_get(c, *region, addr, length, access, flags);
 	return ret;
 }
 
@@ -1317,9 +1309,9 @@ MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *c, void *addr, size_t length)
 }
 
 
-MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
-				    const struct mrmgr_cache_attr *attr,
-				    mrmgr_cache_t **cache)
+int mrmgr__cache_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
+			const struct mrmgr__ext *const *exts,
+			struct mrmgr_cache **cache)
 {
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
@@ -1355,21 +1347,20 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 	c->ops = ops;
 	c->caps = caps;
 	c->cfg = cfg;
+	c->exts = exts;
 	c->lru.prev = c->lru.next = &c->lru;
 	c->held.prev = c->held.next = &c->held;
-	c->bufs.prev = c->bufs.next = &c->bufs;
 	c->inflight.prev = c->inflight.next = &c->inflight;
 	mrmgr__itree_init(&c->tree);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->inflight_done, NULL);
-	ret = mrmgr__odp_init(c);
+	ret = mrmgr__ext_init(c);
 	if (ret) {
 		pthread_cond_destroy(&c->inflight_done);
 		pthread_mutex_destroy(&c->lock);
 		free(c);
 		return ret;
 	}
-	mrmgr__grow_init(c);
 	mrmgr__check_init(c);
 	mrmgr__info("cache on %s (%s backend): at most %llu regions, %llu "
 		    "bytes; merge %s, caching %s",
@@ -1401,6 +1392,7 @@ uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c)
 static int destroy(struct mrmgr_cache *c, uint64_t flags)
 {
 	uint64_t busy;
+	int ret;
 
 	if (!c || (flags & ~(uint64_t)MRMGR_DESTROY_FORCE)) {
 		mrmgr__err("mrmgr_cache_destroy: %s", !c ? "NULL cache"
@@ -1408,22 +1400,19 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 		return EINVAL;
 	}
 	pthread_mutex_lock(&c->lock);
-	if ((flags & MRMGR_DESTROY_FORCE) && c->share)
-		mrmgr__share_force(c); /* exports give up their pins */
+	mrmgr__ext_destroy_begin(c, flags); /* forced members let go */
 	busy = mrmgr__cache_regions_in_use(c);
 	if (busy) {
-		if (c->share)
-			mrmgr__share_report_busy(c);
+		(void)mrmgr__ext_destroy_check(c, busy); /* who holds them */
 		pthread_mutex_unlock(&c->lock);
 		mrmgr__err("mrmgr_cache_destroy: %llu regions are still held; "
 			   "put them first", (unsigned long long)busy);
 		return EBUSY;
 	}
-	if (c->bufs.next != &c->bufs) {
+	ret = mrmgr__ext_destroy_check(c, 0);
+	if (ret) {
 		pthread_mutex_unlock(&c->lock);
-		mrmgr__err("mrmgr_cache_destroy: buffers still use the cache; "
-			   "destroy them first");
-		return EBUSY;
+		return ret;
 	}
 	reap_locked(c); /* empty: every miss drains what it retired */
 	unpark_all(c); /* idle, as checked above */
@@ -1435,15 +1424,13 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 		mrmgr__region_mark_gone(r, MRMGR_REGION_GONE_DESTROYED);
 		region_release(c, r);
 	}
-	mrmgr__odp_fini(c);
+	mrmgr__ext_fini(c);
 	mrmgr__cache_dereg_retry(c, 1);
 	pthread_mutex_unlock(&c->lock);
 	mrmgr__mon_cache_fini(c);
 	mrmgr__lookup_fini(c);
-	/* The regions' memory is their slabs'; their share state is not. */
-	for (size_t i = 0; i < c->nall; i++)
-		mrmgr__share_region_free(c->all[i]);
-	mrmgr__share_cache_free(c);
+	/* The regions' memory is their slabs'; the features' is theirs. */
+	mrmgr__ext_free(c);
 	mrmgr__region_slabs_free(&c->rslabs);
 	free(c->all);
 	pthread_cond_destroy(&c->inflight_done);

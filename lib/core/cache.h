@@ -19,11 +19,13 @@
 #include "compiler.h"
 #include "config_env.h"
 #include "itree.h"
+#include "ext.h"
 #include "lookup.h"
-#include "odp.h"
 #include "monitor.h"
 #include "region.h"
 
+/* The features' per-cache state: theirs to make, read and free (ext.h). */
+struct mrmgr__odp;
 struct mrmgr__share_cache;
 
 /*
@@ -69,6 +71,10 @@ struct mrmgr_cache {
 	const struct mrmgr_device_ops *ops;  /* the device provider (device.h) */
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
+	const struct mrmgr__ext *const *exts; /* the features (ext.h) */
+	unsigned int reg_access;         /* ORed into every registration */
+	int unpinned;                    /* registrations pin nothing (ODP):
+					  * max_bytes bounds no merge */
 	struct mrmgr__lru_link lru;      /* head: lru.next is the oldest */
 	struct mrmgr__lru_link held;     /* cached regions found held (evict.c) */
 	uint32_t evict_round;            /* evict.c: make_room() calls */
@@ -84,7 +90,7 @@ struct mrmgr_cache {
 	uint64_t pinned_bytes;
 	uint64_t next_gen;
 	struct mrmgr_stats st;           /* slow-path counters */
-	struct mrmgr__odp odp;           /* ODP mode, implicit MR (odp.c) */
+	struct mrmgr__odp *odp;          /* odp.c: mode, implicit MR */
 	int rereg;                       /* grow.c: enum mrmgr__rereg_verdict */
 	struct mrmgr__lru_link bufs;     /* buf.c: the cache's buffers */
 	struct mrmgr__lookup lookup;     /* lookup.c: the index's writer side */
@@ -100,6 +106,28 @@ struct mrmgr_cache {
 	struct ibv_mr **deferred;        /* dereg.c: failed deregistrations */
 	size_t ndeferred, deferred_cap;
 };
+
+/* ext.c: the features' hooks (ext.h), run in list order. */
+int mrmgr__ext_init(struct mrmgr_cache *c);
+void mrmgr__ext_fini(struct mrmgr_cache *c);
+void mrmgr__ext_free(struct mrmgr_cache *c);
+int mrmgr__ext_plan_miss(struct mrmgr_cache *c, struct mrmgr__miss *m,
+			 struct mrmgr_region **out);
+int mrmgr__ext_region_alloc(struct mrmgr_cache *c, struct mrmgr_region *r);
+void mrmgr__ext_region_added(struct mrmgr_cache *c, struct mrmgr_region *r);
+void mrmgr__ext_region_released(struct mrmgr_cache *c, struct mrmgr_region *r);
+void mrmgr__ext_region_invalidated(struct mrmgr_cache *c,
+				   struct mrmgr_region *r);
+void mrmgr__ext_destroy_begin(struct mrmgr_cache *c, uint64_t flags);
+int mrmgr__ext_destroy_check(struct mrmgr_cache *c, uint64_t busy);
+void mrmgr__ext_stats(struct mrmgr_cache *c, struct mrmgr_stats *s);
+int mrmgr__ext_get(struct mrmgr_cache *c, uint64_t start, uint64_t last,
+		   unsigned int access, unsigned int slot,
+		   struct mrmgr_region **out);
+void mrmgr__ext_after_get(struct mrmgr_cache *c, struct mrmgr_region *r,
+			  void *addr, size_t length, unsigned int access,
+			  uint64_t get_flags);
+struct ibv_mr *mrmgr__ext_region_mr(const struct mrmgr_region *r);
 
 /*
  * dereg.c, with the lock held (or before the cache is shared): deregister

@@ -310,3 +310,27 @@ MRMGR_EXPORT uint64_t mrmgr_buf_generation(const mrmgr_buf_t *b)
 {
 	return b ? b->gen : 0;
 }
+
+/* ------------------------------------------------------------ hooks */
+
+static int buf_init(struct mrmgr_cache *c)
+{
+	c->bufs.prev = c->bufs.next = &c->bufs;
+	return 0;
+}
+
+/* A buffer holds its cache: it is destroyed first. */
+static int buf_destroy_check(struct mrmgr_cache *c, uint64_t busy)
+{
+	if (busy || c->bufs.next == &c->bufs)
+		return 0;
+	mrmgr__err("mrmgr_cache_destroy: buffers still use the cache; "
+		   "destroy them first");
+	return EBUSY;
+}
+
+const struct mrmgr__ext mrmgr__ext_buf = {
+	.name = "buf",
+	.init = buf_init,
+	.destroy_check = buf_destroy_check,
+};

@@ -538,3 +538,28 @@ MRMGR_EXPORT int mrmgr_cache_move_pd(mrmgr_cache_t *c, struct ibv_pd *pd)
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
+
+/* ------------------------------------------------------------ hooks */
+
+static int grow_init(struct mrmgr_cache *c)
+{
+	mrmgr__grow_init(c);
+	return 0;
+}
+
+/* Growth and access upgrades: rereg the one region absorbed in place, or
+ * widen the span by the headroom policy. */
+static int grow_plan_miss(struct mrmgr_cache *c, struct mrmgr__miss *m,
+			  struct mrmgr_region **out)
+{
+	if (!m->merged || (m->gflags & MRMGR__GET_NO_GROW))
+		return MRMGR__PLAN_GO_ON;
+	return mrmgr__grow_miss(c, m->start, m->last, m->slot, &m->rs, &m->rl,
+				&m->racc, m->as, m->al, out);
+}
+
+const struct mrmgr__ext mrmgr__ext_grow = {
+	.name = "grow",
+	.init = grow_init,
+	.plan_miss = grow_plan_miss,
+};

@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "ext.h"
+
 struct mrmgr_cache;
 struct mrmgr_region;
 
@@ -22,7 +24,12 @@ enum mrmgr__rereg_verdict {
 };
 
 /* mrmgr__grow_miss(): the miss path goes on and registers [*rs, *rl]. */
-#define MRMGR__GROW_PASS (-1)
+#define MRMGR__GROW_PASS MRMGR__PLAN_GO_ON
+
+/* The features as the core sees them (ext.h): growth (grow.c, with
+ * headroom.c) and growable buffers (buf.c). */
+extern const struct mrmgr__ext mrmgr__ext_grow;
+extern const struct mrmgr__ext mrmgr__ext_buf;
 
 /* Cache creation: learn whether the device can rereg (probe once). */
 void mrmgr__grow_init(struct mrmgr_cache *c);

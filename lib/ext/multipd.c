@@ -36,6 +36,7 @@
 #include "cache.h"
 #include "monitor.h"
 #include "log.h"
+#include "odp.h"
 #include "share.h"
 
 #define MAX_PDS 64
@@ -234,7 +235,7 @@ MRMGR_EXPORT int mrmgr_cache_create_multi(struct ibv_pd *const *pds,
 		free(sc);
 		return ret;
 	}
-	if (c->odp.mode != MRMGR_ODP_OFF) {
+	if (c->odp->mode != MRMGR_ODP_OFF) {
 		int strict = (c->cfg.odp_flags & MRMGR_ODP_STRICT) &&
 			     c->cfg.odp_mode != MRMGR_ODP_AUTO;
 
