@@ -36,7 +36,7 @@ void mrmgr__grow_init(struct mrmgr_cache *c);
 
 /*
  * A get missed and the merge span [*rs, *rl] (access *racc, requests
- * [as, al]) absorbs cached regions (mrmgr__cache_joins()). When it absorbs exactly one, idle, region and the device can,
+ * [as, al]) absorbs cached regions (mrmgr__core_joins()). When it absorbs exactly one, idle, region and the device can,
  * rereg that region in place: returns 0 with *out referenced on slot. Else
  * widens the span by the headroom policy when the request grows a region,
  * and returns MRMGR__GROW_PASS: the caller registers the span and detaches

@@ -247,7 +247,7 @@ void mrmgr__odp_fini(struct mrmgr_cache *c)
 
 	if (!o || !o->implicit_mr)
 		return;
-	ret = mrmgr__cache_dereg(c, o->implicit_mr, "the implicit ODP MR");
+	ret = mrmgr__core_dereg(c, o->implicit_mr, "the implicit ODP MR");
 	if (!ret)
 		c->st.deregistrations++;
 	o->implicit_mr = NULL;

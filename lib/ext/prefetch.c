@@ -363,7 +363,7 @@ static int collect_explicit(struct mrmgr_cache *c,
 	int ret = 0;
 
 	*writable = 1;
-	pthread_mutex_lock(&c->lock);
+	mrmgr__core_lock(c);
 	for (size_t i = 0; i < n && !ret; i++) {
 		uint64_t s = (uintptr_t)ranges[i].addr;
 		uint64_t last = s + (ranges[i].length - 1), next = s;
@@ -389,7 +389,7 @@ static int collect_explicit(struct mrmgr_cache *c,
 			next = e + 1;
 		}
 	}
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_unlock(c);
 	return ret;
 }
 

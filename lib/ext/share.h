@@ -89,7 +89,7 @@ struct mrmgr__share_cache {
 	size_t npds;                     /* 0 for a single-PD cache */
 };
 
-/* cache.c hooks. Cache lock held. */
+/* What its hooks (mrmgr__ext_share) call. Cache lock held. */
 void mrmgr__share_region_new(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__share_region_release(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__share_invalidated(struct mrmgr_cache *c, struct mrmgr_region *r);
