@@ -18,18 +18,21 @@
 #include "device.h"
 #include "compiler.h"
 #include "config_env.h"
+#include "core.h"
 #include "itree.h"
+#include "ext.h"
 #include "lookup.h"
-#include "odp.h"
 #include "events.h"
 #include "monitor.h"
 #include "region.h"
 
+/* The features' per-cache state: theirs to make, read and free (ext.h). */
+struct mrmgr__odp;
 struct mrmgr__share_cache;
 
 /*
  * A miss registering [start, last] with the cache lock released
- * (cache.c): other misses that would register an overlapping range wait
+ * (miss.c): other misses that would register an overlapping range wait
  * for it, and an invalidation of an overlapping range marks it dropped
  * (its registration is then not cached). On the registering thread's
  * stack, linked under the lock.
@@ -70,6 +73,10 @@ struct mrmgr_cache {
 	const struct mrmgr_device_ops *ops;  /* the device provider (device.h) */
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
+	const struct mrmgr__ext *const *exts; /* the features (ext.h) */
+	unsigned int reg_access;         /* ORed into every registration */
+	int unpinned;                    /* registrations pin nothing (ODP):
+					  * max_bytes bounds no merge */
 	struct mrmgr__lru_link lru;      /* head: lru.next is the oldest */
 	struct mrmgr__lru_link held;     /* cached regions found held (evict.c) */
 	uint32_t evict_round;            /* evict.c: make_room() calls */
@@ -85,7 +92,7 @@ struct mrmgr_cache {
 	uint64_t pinned_bytes;
 	uint64_t next_gen;
 	struct mrmgr_stats st;           /* slow-path counters */
-	struct mrmgr__odp odp;           /* ODP mode, implicit MR (odp.c) */
+	struct mrmgr__odp *odp;          /* odp.c: mode, implicit MR */
 	int rereg;                       /* grow.c: enum mrmgr__rereg_verdict */
 	struct mrmgr__lru_link bufs;     /* buf.c: the cache's buffers */
 	struct mrmgr__lookup lookup;     /* lookup.c: the index's writer side */
@@ -93,23 +100,42 @@ struct mrmgr_cache {
 					   * NULL until needed */
 	struct mrmgr__mon_cache mon;     /* memory events (monitor.h) */
 	struct mrmgr__inflight inflight; /* ring of registrations under way
-					  * without the lock (cache.c) */
+					  * without the lock (miss.c) */
 	pthread_cond_t inflight_done;    /* one of them ended */
 	struct mrmgr_region *reap;       /* evicted, deregistered once the
-					  * lock is released (cache.c) */
+					  * lock is released (release.c) */
 	int reap_on;                     /* evictions go to reap */
 	struct ibv_mr **deferred;        /* dereg.c: failed deregistrations */
 	size_t ndeferred, deferred_cap;
 };
 
+/* ext.c: the features' hooks (ext.h), run in list order. */
+int mrmgr__ext_init(struct mrmgr_cache *c);
+void mrmgr__ext_fini(struct mrmgr_cache *c);
+void mrmgr__ext_free(struct mrmgr_cache *c);
+int mrmgr__ext_plan_miss(struct mrmgr_cache *c, struct mrmgr__miss *m,
+			 struct mrmgr_region **out);
+int mrmgr__ext_region_alloc(struct mrmgr_cache *c, struct mrmgr_region *r);
+void mrmgr__ext_region_added(struct mrmgr_cache *c, struct mrmgr_region *r);
+void mrmgr__ext_region_released(struct mrmgr_cache *c, struct mrmgr_region *r);
+void mrmgr__ext_region_invalidated(struct mrmgr_cache *c,
+				   struct mrmgr_region *r);
+void mrmgr__ext_destroy_begin(struct mrmgr_cache *c, uint64_t flags);
+int mrmgr__ext_destroy_check(struct mrmgr_cache *c, uint64_t busy);
+void mrmgr__ext_stats(struct mrmgr_cache *c, struct mrmgr_stats *s);
+int mrmgr__ext_get(struct mrmgr_cache *c, uint64_t start, uint64_t last,
+		   unsigned int access, unsigned int slot,
+		   struct mrmgr_region **out);
+void mrmgr__ext_after_get(struct mrmgr_cache *c, struct mrmgr_region *r,
+			  void *addr, size_t length, unsigned int access,
+			  uint64_t get_flags);
+struct ibv_mr *mrmgr__ext_region_mr(const struct mrmgr_region *r);
+
 /*
- * dereg.c, with the lock held (or before the cache is shared): deregister
- * mr; when that fails, log it (what names the MR) and keep it to retry.
- * Returns the device's answer. The retry runs at each release while any
+ * dereg.c (mrmgr__core_dereg(), core.h): the retry of failed
+ * deregistrations runs at each release while any
  * is kept, and at destroy (last_chance: what fails then is abandoned).
  */
-int mrmgr__cache_dereg(struct mrmgr_cache *c, struct ibv_mr *mr,
-		       const char *what);
 void mrmgr__cache_dereg_retry(struct mrmgr_cache *c, int last_chance);
 
 /* A put found its region not live: release it if that was the last user. */
@@ -134,86 +160,60 @@ int mrmgr__put_checked(struct mrmgr_region *r);
 /* Regions callers hold now; O(n), call with the lock held. */
 uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c);
 
-/*
- * The cache's own steps, for grow.c and buf.c. All with the lock held.
- */
+/* The regions of the tree and of the LRU list. */
+static inline struct mrmgr_region *
+mrmgr__node_region(const struct mrmgr__itree_node *n)
+{
+	return mrmgr__container_of(n, struct mrmgr_region, node);
+}
 
-/* Flags of mrmgr__cache_get_locked(). */
-enum mrmgr__get_flags {
-	MRMGR__GET_NO_GROW = 1u << 0,  /* no in-place rereg, no headroom */
-	MRMGR__GET_NO_MERGE = 1u << 1, /* register exactly [start, last] */
-	/* The caller holds nothing else across the call: the miss may drop
-	 * the lock while it registers (and takes it again before returning) */
-	MRMGR__GET_MAY_UNLOCK = 1u << 2,
-};
-
-/* mrmgr_get() after the hit path: look again, else register. */
-int mrmgr__cache_get_locked(struct mrmgr_cache *c, uint64_t start,
-			    uint64_t last, unsigned int access,
-			    unsigned int slot, unsigned int gflags,
-			    struct mrmgr_region **out);
-/*
- * Take a live region out of hit reach if it is idle, by the eviction
- * protocol (state first, then the stripes), then out of the tree and off
- * the LRU. Returns 1 when done; 0, leaving it live, when it is held.
- */
-int mrmgr__cache_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r);
-/* Put a region that is out of the tree back in: live, on the LRU. */
-void mrmgr__cache_publish(struct mrmgr_cache *c, struct mrmgr_region *r);
-/* Detach a live region for good; returns 1 when it was idle and released. */
-int mrmgr__cache_detach(struct mrmgr_cache *c, struct mrmgr_region *r);
-/* Deregister and recycle an idle region that is out of the tree. */
-void mrmgr__cache_release(struct mrmgr_cache *c, struct mrmgr_region *r);
-/* Drop a reference on slot; release the region if that freed it. */
-void mrmgr__cache_unref_locked(struct mrmgr_cache *c, struct mrmgr_region *r,
-			       unsigned int slot);
-/* mrmgr_invalidate() of [start, last]: detach every cached region that
- * overlaps it. Returns how many. */
-uint64_t mrmgr__cache_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
-					uint64_t last);
-/*
- * Evict idle regions until regions more regions and bytes more bytes fit
- * the limits; 0 when they cannot.
- */
-int mrmgr__cache_make_room(struct mrmgr_cache *c, uint64_t regions,
-			   uint64_t bytes);
-/*
- * Call fn once on every region cached when it starts, oldest first; fn may
- * quiesce, detach or publish the region it is given (and nothing else).
- */
-void mrmgr__cache_each_cached(struct mrmgr_cache *c,
-			      void (*fn)(struct mrmgr_cache *c,
-					 struct mrmgr_region *r, void *arg),
-			      void *arg);
-/*
- * Whether cached region r joins a miss whose requests span [as, al]
- * (the request and what was asked of the regions joined so far) and
- * whose registration spans [s, l]: r overlaps it and either what was
- * asked of r overlaps [as, al] or r lies inside [s, l]. A region the
- * miss overlaps only in its headroom (memory nobody asked for, perhaps
- * the next buffer) stays apart.
- */
-int mrmgr__cache_joins(const struct mrmgr_region *r, uint64_t as, uint64_t al,
-		       uint64_t s, uint64_t l);
-
-/* mrmgr_get()'s access check (EINVAL and a log line). */
-int mrmgr__cache_check_access(const char *fn, unsigned int access);
+static inline struct mrmgr_region *mrmgr__lru_region(struct mrmgr__lru_link *l)
+{
+	return mrmgr__container_of(l, struct mrmgr_region, lru);
+}
 
 /*
- * For multipd.c and share.c.
+ * Between the core's files (what features may call is core.h). All with
+ * the lock held unless said otherwise.
  */
-/* mrmgr_get()'s checks of a request: EINVAL and a log line, or 0 and the
- * page-aligned [*start, *last]. No lock. */
-int mrmgr__cache_check_request(const char *fn, const struct mrmgr_cache *c,
-			       const void *addr, size_t length,
-			       unsigned int access, uint64_t *start,
-			       uint64_t *last);
-/* The lock-free hit path: a region referenced on slot, or NULL. */
-struct mrmgr_region *mrmgr__cache_try_hit(struct mrmgr_cache *c, uint64_t start,
-					  uint64_t last, unsigned int access,
-					  unsigned int slot);
-/* Evict every idle region (before retrying an ENOMEM registration). */
-void mrmgr__cache_evict_all_idle(struct mrmgr_cache *c);
+/* release.c: a region for a new registration (NULL: out of memory). */
+struct mrmgr_region *mrmgr__cache_alloc_region(struct mrmgr_cache *c);
+/* Deregister an idle region that is out of the tree, and recycle it. */
+void mrmgr__cache_release_region(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Out of the tree and off the LRU (still watched: _take; unwatched:
+ * _remove). */
+void mrmgr__cache_tree_take(struct mrmgr_cache *c, struct mrmgr_region *r);
+void mrmgr__cache_tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Make a region that is out of the tree live again. */
+void mrmgr__cache_publish_region(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Evicted regions retired during a miss: deregister them (no lock;
+ * returns how many succeeded), recycle them (lock), or both (lock). */
+uint64_t mrmgr__cache_reap_dereg(struct mrmgr_cache *c,
+				 struct mrmgr_region *list);
+void mrmgr__cache_reap_recycle(struct mrmgr_cache *c, struct mrmgr_region *list,
+			       uint64_t deregistered);
+void mrmgr__cache_reap_locked(struct mrmgr_cache *c);
+/* room.c: the LRU list; parked (held) regions back on it. */
+void mrmgr__lru_unlink(struct mrmgr_region *r);
+void mrmgr__lru_append(struct mrmgr_cache *c, struct mrmgr_region *r);
+void mrmgr__lru_unpark_all(struct mrmgr_cache *c);
+/* miss.c: register [start, last] for a get that missed (it may drop the
+ * lock: MRMGR__GET_MAY_UNLOCK). MRMGR__MISS_AGAIN: it waited for another
+ * registration; look again. */
+#define MRMGR__MISS_AGAIN (-1)
+int mrmgr__cache_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
+		      unsigned int access, unsigned int slot,
+		      unsigned int gflags, struct mrmgr_region **out);
+/* [start, last] is invalidated: registrations under way over it are not
+ * cached. */
+void mrmgr__cache_inflight_drop(struct mrmgr_cache *c, uint64_t start,
+				uint64_t last);
+/* invalidate.c: apply the memory events that arrived since last time. */
+void mrmgr__cache_apply_events(struct mrmgr_cache *c);
+/* get.c: EINVAL and a log line, or 0 and the page-aligned range. */
+int mrmgr__cache_check_range(const char *fn, const void *addr, size_t length,
+			     uint64_t page_mask, uint64_t *start,
+			     uint64_t *last);
 /* A fork child: registrations under way belonged to other threads. */
 void mrmgr__cache_fork_child(struct mrmgr_cache *c);
 

@@ -122,7 +122,7 @@ int mrmgr__put_checked(struct mrmgr_region *r)
 		 mrmgr__region_refs(r, c->nstripes) <= 0)
 		refuse(c, r, "is held by nobody");
 	else
-		mrmgr__cache_unref_locked(c, r,
+		mrmgr__core_unref_locked(c, r,
 					  mrmgr__thread_slot() & (c->nstripes - 1));
 	pthread_mutex_unlock(&c->lock);
 	return 1;

@@ -19,8 +19,8 @@
 #include "cache.h"
 #include "log.h"
 
-int mrmgr__cache_dereg(struct mrmgr_cache *c, struct ibv_mr *mr,
-		       const char *what)
+int mrmgr__core_dereg(struct mrmgr_cache *c, struct ibv_mr *mr,
+		      const char *what)
 {
 	int ret = mrmgr__dev_dereg_mr(c->ops, mr);
 

@@ -149,7 +149,7 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 	}
 	/*
 	 * Regions given a second chance during this round of evictions
-	 * (one mrmgr__cache_make_room()) are weighed only when nothing else
+	 * (one mrmgr__core_make_room()) are weighed only when nothing else
 	 * is idle: a region used since the hand last passed survives the
 	 * round, however big. The hand goes round the clock: past the
 	 * newest region it comes back to the oldest, and once it is back at

@@ -73,7 +73,7 @@ static void parent(void)
 		    c->mon.fork_status != (int)IBV_FORK_DISABLED)
 			continue;
 		pthread_mutex_lock(&c->lock);
-		mrmgr__cache_invalidate_locked(c, 0, UINT64_MAX);
+		mrmgr__core_invalidate_locked(c, 0, UINT64_MAX);
 		c->mon.fork_purges++;
 		pthread_mutex_unlock(&c->lock);
 	}

@@ -26,7 +26,7 @@
  * Concurrency. The index is the tree's shadow: changed only by the cache
  * lock's holder, inside the same sequence-count write section as the
  * tree change it mirrors, and read without a lock by hits that validate
- * what they found with that sequence count (cache.c). Readers load slots
+ * what they found with that sequence count (hit.h). Readers load slots
  * with single-copy-atomic loads and may see torn or shifting chains; a
  * slot's region pointer is always NULL or a region of this cache (region
  * memory is type-stable), so a reader never touches freed memory, and the

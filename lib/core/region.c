@@ -14,7 +14,6 @@
 #include "cache.h"
 #include "pool.h"
 #include "region.h"
-#include "share.h"
 
 /*
  * Thread slots: the lowest free one of MAX_SLOTS is claimed on a thread's
@@ -179,7 +178,7 @@ void mrmgr__region_set_keys(struct mrmgr_region *r)
 	const struct mrmgr_cache *c = r->cache;
 	uint64_t keys;
 
-	if (!r->mr || (c->flags & MRMGR__CACHE_MULTI_PD)) {
+	if (!r->mr || (c->flags & MRMGR__CACHE_EXT_GET)) {
 		mrmgr__region_clear_keys(r);
 		return;
 	}
@@ -312,9 +311,18 @@ int64_t mrmgr__region_refs(const struct mrmgr_region *r, unsigned int nstripes)
 	return sum;
 }
 
+/* The MR the plain accessors report: a feature says which when it
+ * answers the cache's gets (a multi-PD cache: the first PD's). */
+static inline struct ibv_mr *plain_mr(const struct mrmgr_region *r)
+{
+	if (mrmgr__unlikely(r->cache->flags & MRMGR__CACHE_EXT_GET))
+		return mrmgr__ext_region_mr(r);
+	return r->mr;
+}
+
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr(const mrmgr_region_t *region)
 {
-	return region ? mrmgr__region_plain_mr(region) : NULL;
+	return region ? plain_mr(region) : NULL;
 }
 
 /*
@@ -340,7 +348,7 @@ static inline uint64_t copied_keys(const struct mrmgr_region *r)
 static __attribute__((noinline)) uint32_t mr_key(const mrmgr_region_t *region,
 						 int remote)
 {
-	struct ibv_mr *mr = region ? mrmgr__region_plain_mr(region) : NULL;
+	struct ibv_mr *mr = region ? plain_mr(region) : NULL;
 
 	return !mr ? 0 : remote ? mr->rkey : mr->lkey;
 }

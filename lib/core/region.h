@@ -139,7 +139,7 @@ struct mrmgr_region {
 	struct mrmgr__share *share;    /* share.c: its share set; NULL until
 					* needed, kept while the cache lives */
 	uint64_t asked_start, asked_last; /* what gets asked of it: its
-					   * range less headroom (cache.c,
+					   * range less headroom (miss.c,
 					   * merge) */
 	struct mrmgr__watch watch;     /* monitor registry entry (monitor.h) */
 	unsigned int gone;             /* user_data.c: why it left the cache

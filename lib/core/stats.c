@@ -35,7 +35,7 @@ MRMGR_EXPORT int mrmgr_cache_query_stats(mrmgr_cache_t *c,
 	/* Hits counted per stripe in the region slabs (region.h). */
 	s.hits += mrmgr__region_slabs_hits(&c->rslabs);
 	pthread_mutex_unlock(&c->lock);
-	mrmgr__odp_stats(c, &s);
+	mrmgr__ext_stats(c, &s); /* the features' counters */
 
 	memcpy(stats, &s, size < sizeof(s) ? size : sizeof(s));
 	return 0;

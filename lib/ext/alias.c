@@ -143,7 +143,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 		return EINVAL;
 	}
 	c = r->cache;
-	ret = mrmgr__cache_check_access("mrmgr_region_alias", access);
+	ret = mrmgr__core_check_access("mrmgr_region_alias", access);
 	if (ret)
 		return ret;
 	if (!pd)
@@ -189,7 +189,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 		return ret;
 	}
 
-	pthread_mutex_lock(&c->lock);
+	mrmgr__core_lock(c);
 	if (mrmgr__region_state(r) != MRMGR__REGION_LIVE)
 		ret = ESTALE; /* invalidated meanwhile: not the file's pages */
 	if (!ret)
@@ -197,7 +197,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 	if (!ret)
 		ret = mrmgr__share_get(c, r);
 	if (ret) {
-		pthread_mutex_unlock(&c->lock);
+		mrmgr__core_unlock(c);
 		mrmgr__dev_dereg_mr(c->ops, mr);
 		munmap(p, len);
 		free(al);
@@ -220,7 +220,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 	c->st.share_aliases++;
 	c->st.registrations++;
 	mrmgr__share_pin(c, r); /* dropped by the destroy */
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_unlock(c);
 	mrmgr__dbg("alias of [%#llx, +%llu) at %p: keys %#x/%#x",
 		   (unsigned long long)start, (unsigned long long)len, p,
 		   mr->lkey, mr->rkey);
@@ -261,7 +261,7 @@ MRMGR_EXPORT int mrmgr_alias_destroy(mrmgr_alias_t *al)
 	}
 	c = al->cache;
 	if (c) {
-		pthread_mutex_lock(&c->lock);
+		mrmgr__core_lock(c);
 		alias_unlink(c, al);
 		ret = mrmgr__dev_dereg_mr(c->ops, al->mr);
 		if (ret)
@@ -269,9 +269,9 @@ MRMGR_EXPORT int mrmgr_alias_destroy(mrmgr_alias_t *al)
 				   "the MR is abandoned", al->addr, strerror(ret));
 		else
 			c->st.deregistrations++;
-		mrmgr__cache_unref_locked(c, al->r,
+		mrmgr__core_unref_locked(c, al->r,
 					  mrmgr__thread_slot() & (c->nstripes - 1));
-		pthread_mutex_unlock(&c->lock);
+		mrmgr__core_unlock(c);
 	}
 	munmap(al->addr, al->len);
 	free(al);

@@ -114,7 +114,7 @@ MRMGR_EXPORT int mrmgr_buf_create(mrmgr_cache_t *c, size_t size,
 		mrmgr__err("mrmgr_buf_create: NULL %s", !c ? "cache" : "buf pointer");
 		return EINVAL;
 	}
-	ret = mrmgr__cache_check_access("mrmgr_buf_create", access);
+	ret = mrmgr__core_check_access("mrmgr_buf_create", access);
 	if (ret)
 		return ret;
 	cap = cap_for(c, size);
@@ -136,10 +136,10 @@ MRMGR_EXPORT int mrmgr_buf_create(mrmgr_cache_t *c, size_t size,
 	b->cap = cap;
 	b->access = access;
 
-	pthread_mutex_lock(&c->lock);
+	mrmgr__core_lock(c);
 	/* Fresh memory: whatever is cached at these addresses is stale. */
-	mrmgr__cache_invalidate_locked(c, first(b->data), first(b->data) + cap - 1);
-	ret = mrmgr__cache_get_locked(c, first(b->data), first(b->data) + cap - 1,
+	mrmgr__core_invalidate_locked(c, first(b->data), first(b->data) + cap - 1);
+	ret = mrmgr__core_get_locked(c, first(b->data), first(b->data) + cap - 1,
 				      access, my_slot(c),
 				      MRMGR__GET_NO_GROW | MRMGR__GET_NO_MERGE,
 				      &b->r);
@@ -150,7 +150,7 @@ MRMGR_EXPORT int mrmgr_buf_create(mrmgr_cache_t *c, size_t size,
 		c->bufs.prev = &b->link;
 		adopt(c, b);
 	}
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_unlock(c);
 	if (ret) {
 		munmap(b->data, cap);
 		free(b);
@@ -196,9 +196,9 @@ MRMGR_EXPORT int mrmgr_buf_resize(mrmgr_buf_t *b, size_t new_size)
 		b->size = new_size;
 		if (b->r)
 			return 0;
-		pthread_mutex_lock(&c->lock); /* retry a failed follow */
+		mrmgr__core_lock(c); /* retry a failed follow */
 		ret = follow(b, old, old_cap);
-		pthread_mutex_unlock(&c->lock);
+		mrmgr__core_unlock(c);
 		return ret;
 	}
 
@@ -207,9 +207,9 @@ MRMGR_EXPORT int mrmgr_buf_resize(mrmgr_buf_t *b, size_t new_size)
 	 * registration at addresses that are about to mean something else.
 	 * The buffer's own region stays valid for it (and its other holders).
 	 */
-	pthread_mutex_lock(&c->lock);
-	mrmgr__cache_invalidate_locked(c, first(old), first(old) + old_cap - 1);
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_lock(c);
+	mrmgr__core_invalidate_locked(c, first(old), first(old) + old_cap - 1);
+	mrmgr__core_unlock(c);
 
 	p = mremap(old, old_cap, cap, MREMAP_MAYMOVE);
 	if (p == MAP_FAILED && cap > old_cap) {
@@ -221,27 +221,27 @@ MRMGR_EXPORT int mrmgr_buf_resize(mrmgr_buf_t *b, size_t new_size)
 			copied = 1;
 		}
 	}
-	pthread_mutex_lock(&c->lock);
+	mrmgr__core_lock(c);
 	if (p == MAP_FAILED) {
 		/* Nothing changed but the cache entry: put it back. */
 		ret = follow(b, old, old_cap);
-		pthread_mutex_unlock(&c->lock);
+		mrmgr__core_unlock(c);
 		return ret ? ret : ENOMEM;
 	}
 	if (p != old) {
 		/* The old range again (a get may have registered it while the
 		 * memory was still there), and the new one: fresh memory. */
-		mrmgr__cache_invalidate_locked(c, first(old),
+		mrmgr__core_invalidate_locked(c, first(old),
 					       first(old) + old_cap - 1);
-		mrmgr__cache_invalidate_locked(c, first(p), first(p) + cap - 1);
+		mrmgr__core_invalidate_locked(c, first(p), first(p) + cap - 1);
 	} else if (cap > old_cap)
-		mrmgr__cache_invalidate_locked(c, first(p) + old_cap,
+		mrmgr__core_invalidate_locked(c, first(p) + old_cap,
 					       first(p) + cap - 1);
 	b->data = p;
 	b->cap = cap;
 	b->size = new_size;
 	ret = follow(b, p, cap);
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_unlock(c);
 	if (copied)
 		munmap(old, old_cap);
 	return ret;
@@ -256,17 +256,17 @@ MRMGR_EXPORT int mrmgr_buf_destroy(mrmgr_buf_t *b)
 		return EINVAL;
 	}
 	c = b->cache;
-	pthread_mutex_lock(&c->lock);
+	mrmgr__core_lock(c);
 	b->link.prev->next = b->link.next;
 	b->link.next->prev = b->link.prev;
 	/* The memory goes: nothing may stay cached for it. */
-	mrmgr__cache_invalidate_locked(c, first(b->data),
+	mrmgr__core_invalidate_locked(c, first(b->data),
 				       first(b->data) + b->cap - 1);
 	if (b->r) {
 		b->r->flags &= ~(unsigned int)MRMGR__REGION_BUFFER;
-		mrmgr__cache_unref_locked(c, b->r, my_slot(c));
+		mrmgr__core_unref_locked(c, b->r, my_slot(c));
 	}
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_unlock(c);
 	munmap(b->data, b->cap);
 	free(b);
 	return 0;
@@ -310,3 +310,27 @@ MRMGR_EXPORT uint64_t mrmgr_buf_generation(const mrmgr_buf_t *b)
 {
 	return b ? b->gen : 0;
 }
+
+/* ------------------------------------------------------------ hooks */
+
+static int buf_init(struct mrmgr_cache *c)
+{
+	c->bufs.prev = c->bufs.next = &c->bufs;
+	return 0;
+}
+
+/* A buffer holds its cache: it is destroyed first. */
+static int buf_destroy_check(struct mrmgr_cache *c, uint64_t busy)
+{
+	if (busy || c->bufs.next == &c->bufs)
+		return 0;
+	mrmgr__err("mrmgr_cache_destroy: buffers still use the cache; "
+		   "destroy them first");
+	return EBUSY;
+}
+
+const struct mrmgr__ext mrmgr__ext_buf = {
+	.name = "buf",
+	.init = buf_init,
+	.destroy_check = buf_destroy_check,
+};

@@ -5,11 +5,11 @@
  * Two ways to change a registration:
  *   - in place, with ibv_rereg_mr(): only for a region nobody holds (an
  *     in-use MR is never rereg'd under its users: the device revokes it
- *     during the call), taken out of hit reach first (cache.c's quiesce:
+ *     during the call), taken out of hit reach first (the core's quiesce:
  *     the eviction protocol, then out of the tree), changed, put back;
  *   - make-before-break: register the new range, publish it to new gets,
  *     and leave the old MR to its holders, who deregister it at their last
- *     put (cache.c's merge path does exactly that).
+ *     put (the core's merge path, miss.c, does exactly that).
  *
  * The man page's error contract, as rdma-core 44 implements it:
  *   0                                   done; the keys may have changed
@@ -146,7 +146,7 @@ static int probe(struct mrmgr_cache *c)
 		v = MRMGR__REREG_UNKNOWN;
 	}
 	/* The man page: dereg even after a failed rereg. */
-	(void)mrmgr__cache_dereg(c, mr, "the rereg probe's MR");
+	(void)mrmgr__core_dereg(c, mr, "the rereg probe's MR");
 	munmap(p, page);
 	mrmgr__info("%s: ibv_rereg_mr %s", c->caps.name,
 		    v == MRMGR__REREG_YES ? "works" : "is not usable");
@@ -280,9 +280,11 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 		}
 		c->st.rereg_successes++;
 		if (trans) {
-			c->pinned_bytes = c->pinned_bytes - old_len + len;
-			if (c->pinned_bytes > c->st.peak_pinned_bytes)
-				c->st.peak_pinned_bytes = c->pinned_bytes;
+			/* One registration still, of another size. */
+			mrmgr__core_account_reg(c, MRMGR__REGION_PINNED,
+						old_len, -1);
+			mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len,
+						1);
 			c->st.pages_registered += len >> c->page_shift;
 			/* Out of the tree: only stale readers look, and they
 			 * fail their sequence check. */
@@ -326,7 +328,7 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	for (struct mrmgr__itree_node *node =
 		     mrmgr__itree_first_overlap(&c->tree, *rs, *rl);
 	     node; node = mrmgr__itree_next_overlap(node, *rs, *rl)) {
-		if (!mrmgr__cache_joins(node_region(node), as, al, *rs, *rl))
+		if (!mrmgr__core_joins(node_region(node), as, al, *rs, *rl))
 			continue; /* only its headroom: stays apart */
 		r = node_region(node);
 		n++;
@@ -353,21 +355,21 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		/* No rereg: dereg + reg. An idle region goes first, so old
 		 * and new are never pinned together (nobody needs the old
 		 * one); a held or shared one is left to the merge path. */
-		if (b != BLOCK_SHARED && mrmgr__cache_quiesce(c, r)) {
-			mrmgr__cache_release(c, r);
+		if (b != BLOCK_SHARED && mrmgr__core_quiesce(c, r)) {
+			mrmgr__core_release(c, r);
 			c->st.merges++; /* absorbed by what is registered next */
 		}
 		return MRMGR__GROW_PASS;
 	}
-	if (!mrmgr__cache_quiesce(c, r)) {
+	if (!mrmgr__core_quiesce(c, r)) {
 		/* Held: make-before-break (the caller's merge path). */
 		c->st.rereg_fallback_in_use++;
 		return MRMGR__GROW_PASS;
 	}
 	old_len = mrmgr__region_len(r);
 	new_len = *rl - *rs + 1;
-	if (new_len > old_len && !mrmgr__cache_make_room(c, 0, new_len - old_len)) {
-		mrmgr__cache_publish(c, r);
+	if (new_len > old_len && !mrmgr__core_make_room(c, 0, new_len - old_len)) {
+		mrmgr__core_publish(c, r);
 		return MRMGR__GROW_PASS;
 	}
 	flags = rereg_flags(r, *rs, *rl, *racc, c->pd);
@@ -379,14 +381,14 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		/* Used, as a new region is (evict.c). */
 		if (!(mrmgr__ref_take(r, slot) & MRMGR__REF_USED))
 			mrmgr__ref_mark_used(mrmgr__ref_word(r, slot));
-		mrmgr__cache_publish(c, r);
+		mrmgr__core_publish(c, r);
 		*out = r;
 		return 0;
 	}
 	if (res == REREG_KEPT) {
-		mrmgr__cache_publish(c, r); /* the merge path replaces it */
+		mrmgr__core_publish(c, r); /* the merge path replaces it */
 	} else {
-		mrmgr__cache_release(c, r);
+		mrmgr__core_release(c, r);
 		c->st.merges++;
 	}
 	return MRMGR__GROW_PASS;
@@ -411,13 +413,13 @@ int mrmgr__grow_held(struct mrmgr_cache *c, struct mrmgr_region **rp,
 		was_live = mrmgr__region_state(r) == MRMGR__REGION_LIVE;
 		mrmgr__ref_drop(r, slot);
 		if (was_live)
-			idle = mrmgr__cache_quiesce(c, r);
+			idle = mrmgr__core_quiesce(c, r);
 		else /* detached: out of the tree; ours alone without holders */
 			idle = mrmgr__region_refs(r, c->nstripes) == 0;
 		if (!idle) {
 			/* Others hold it: they keep it until their last put. */
 			if (was_live)
-				mrmgr__cache_detach(c, r);
+				mrmgr__core_detach(c, r);
 			c->st.rereg_fallback_in_use++;
 			mbb = 1;
 			r = NULL;
@@ -437,7 +439,7 @@ int mrmgr__grow_held(struct mrmgr_cache *c, struct mrmgr_region **rp,
 			res = b == BLOCK_SHARED ? REREG_KEPT : REREG_LOST;
 		} else if (flags) {
 			res = len > old_len &&
-				      !mrmgr__cache_make_room(c, 0, len - old_len)
+				      !mrmgr__core_make_room(c, 0, len - old_len)
 				      ? REREG_KEPT
 				      : rereg(c, r, flags, c->pd, start, len, access);
 		}
@@ -447,31 +449,31 @@ int mrmgr__grow_held(struct mrmgr_cache *c, struct mrmgr_region **rp,
 			mrmgr__ref_take(r, slot);
 			/* Back in the cache; one that was handed out uncached
 			 * goes in only if the limits allow it now. */
-			if (was_live || mrmgr__cache_make_room(c, 0, 0))
-				mrmgr__cache_publish(c, r);
+			if (was_live || mrmgr__core_make_room(c, 0, 0))
+				mrmgr__core_publish(c, r);
 			*rp = r;
 			return 0;
 		}
 		if (res == REREG_LOST) {
-			mrmgr__cache_release(c, r);
+			mrmgr__core_release(c, r);
 			r = NULL;
 		}
 		old = r; /* valid: released once the new one is in */
 	}
-	ret = mrmgr__cache_get_locked(c, start, last, access, slot,
+	ret = mrmgr__core_get_locked(c, start, last, access, slot,
 				      MRMGR__GET_NO_GROW | MRMGR__GET_NO_MERGE,
 				      &nr);
 	if ((ret == ENOMEM || ret == EAGAIN) && old) {
 		/* Old and new do not fit together: break before make. */
-		mrmgr__cache_release(c, old);
+		mrmgr__core_release(c, old);
 		old = NULL;
-		ret = mrmgr__cache_get_locked(c, start, last, access, slot,
+		ret = mrmgr__core_get_locked(c, start, last, access, slot,
 					      MRMGR__GET_NO_GROW |
 						      MRMGR__GET_NO_MERGE,
 					      &nr);
 	}
 	if (old)
-		mrmgr__cache_release(c, old);
+		mrmgr__core_release(c, old);
 	if (ret)
 		return ret;
 	c->st.make_before_break += (uint64_t)mbb;
@@ -489,10 +491,10 @@ static void move_one(struct mrmgr_cache *c, struct mrmgr_region *r, void *arg)
 	/* Buffers' regions move with their buffers, next. */
 	if (r->mr->pd == pd || (r->flags & MRMGR__REGION_BUFFER))
 		return;
-	if (!mrmgr__cache_quiesce(c, r)) {
+	if (!mrmgr__core_quiesce(c, r)) {
 		/* Held: its holders keep the old-PD MR until their last put;
 		 * the next get registers in the new PD. */
-		mrmgr__cache_detach(c, r);
+		mrmgr__core_detach(c, r);
 		c->st.rereg_fallback_in_use++;
 		c->st.make_before_break++;
 		return;
@@ -500,12 +502,12 @@ static void move_one(struct mrmgr_cache *c, struct mrmgr_region *r, void *arg)
 	b = blocker(c, r);
 	if (!b && rereg(c, r, REREG_PD, pd, mrmgr__region_start(r),
 			mrmgr__region_len(r), r->access) == REREG_DONE) {
-		mrmgr__cache_publish(c, r);
+		mrmgr__core_publish(c, r);
 		return;
 	}
 	count_blocker(c, b);
 	/* Kept or lost, it is idle: drop it; the next get registers anew. */
-	mrmgr__cache_release(c, r);
+	mrmgr__core_release(c, r);
 }
 
 MRMGR_EXPORT int mrmgr_cache_move_pd(mrmgr_cache_t *c, struct ibv_pd *pd)
@@ -521,20 +523,45 @@ MRMGR_EXPORT int mrmgr_cache_move_pd(mrmgr_cache_t *c, struct ibv_pd *pd)
 		mrmgr__err("mrmgr_cache_move_pd: a multi-PD cache cannot move");
 		return EINVAL;
 	}
-	pthread_mutex_lock(&c->lock);
+	mrmgr__core_lock(c);
 	if (pd->context != c->pd->context) {
-		pthread_mutex_unlock(&c->lock);
+		mrmgr__core_unlock(c);
 		mrmgr__err("mrmgr_cache_move_pd: the PD is of another device");
 		return EINVAL;
 	}
 	if (pd == c->pd) {
-		pthread_mutex_unlock(&c->lock);
+		mrmgr__core_unlock(c);
 		return 0;
 	}
 	/* From here on misses register in the new PD. */
 	c->pd = pd;
-	mrmgr__cache_each_cached(c, move_one, pd);
+	mrmgr__core_each_cached(c, move_one, pd);
 	ret = mrmgr__buf_follow_pd(c);
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_unlock(c);
 	return ret;
 }
+
+/* ------------------------------------------------------------ hooks */
+
+static int grow_init(struct mrmgr_cache *c)
+{
+	mrmgr__grow_init(c);
+	return 0;
+}
+
+/* Growth and access upgrades: rereg the one region absorbed in place, or
+ * widen the span by the headroom policy. */
+static int grow_plan_miss(struct mrmgr_cache *c, struct mrmgr__miss *m,
+			  struct mrmgr_region **out)
+{
+	if (!m->merged || (m->gflags & MRMGR__GET_NO_GROW))
+		return MRMGR__PLAN_GO_ON;
+	return mrmgr__grow_miss(c, m->start, m->last, m->slot, &m->rs, &m->rl,
+				&m->racc, m->as, m->al, out);
+}
+
+const struct mrmgr__ext mrmgr__ext_grow = {
+	.name = "grow",
+	.init = grow_init,
+	.plan_miss = grow_plan_miss,
+};

@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "ext.h"
+
 struct mrmgr_cache;
 struct mrmgr_region;
 
@@ -22,14 +24,19 @@ enum mrmgr__rereg_verdict {
 };
 
 /* mrmgr__grow_miss(): the miss path goes on and registers [*rs, *rl]. */
-#define MRMGR__GROW_PASS (-1)
+#define MRMGR__GROW_PASS MRMGR__PLAN_GO_ON
+
+/* The features as the core sees them (ext.h): growth (grow.c, with
+ * headroom.c) and growable buffers (buf.c). */
+extern const struct mrmgr__ext mrmgr__ext_grow;
+extern const struct mrmgr__ext mrmgr__ext_buf;
 
 /* Cache creation: learn whether the device can rereg (probe once). */
 void mrmgr__grow_init(struct mrmgr_cache *c);
 
 /*
  * A get missed and the merge span [*rs, *rl] (access *racc, requests
- * [as, al]) absorbs cached regions (mrmgr__cache_joins()). When it absorbs exactly one, idle, region and the device can,
+ * [as, al]) absorbs cached regions (mrmgr__core_joins()). When it absorbs exactly one, idle, region and the device can,
  * rereg that region in place: returns 0 with *out referenced on slot. Else
  * widens the span by the headroom policy when the request grows a region,
  * and returns MRMGR__GROW_PASS: the caller registers the span and detaches

@@ -2,7 +2,7 @@
  * Multi-PD caches: one region per address range, one MR per PD.
  *
  * A multi-PD cache is an ordinary cache (its tree, LRU, limits, locking
- * and hit path are cache.c's) whose regions carry a table of MRs, one
+ * and hit path are the core's) whose regions carry a table of MRs, one
  * slot per PD the cache serves (r->share->pd_mrs). The first get of a
  * range registers it in the PD that asked, through the cache's own miss
  * path (c->pd points at that PD for the duration, under the lock); gets
@@ -11,7 +11,7 @@
  * registered only in the PDs that use it, and one tree node covers them
  * all: one invalidation, one eviction, one reference count for the range.
  *
- * Why the hit path stays lock-free: a region found by cache.c's try_hit
+ * Why the hit path stays lock-free: a region found by the core's try_hit (hit.h)
  * is referenced and live; its slot is read with an acquire load; a slot
  * is written (release) under the cache lock while the writer holds a
  * reference, and cleared only when the region is released, which cannot
@@ -36,6 +36,7 @@
 #include "cache.h"
 #include "monitor.h"
 #include "log.h"
+#include "odp.h"
 #include "share.h"
 
 #define MAX_PDS 64
@@ -86,12 +87,11 @@ void mrmgr__multi_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 			continue;
 		__atomic_store_n(&sh->pd_mrs[i], NULL, __ATOMIC_RELAXED);
 		if (mr == r->mr)
-			continue; /* cache.c deregisters its own */
-		ret = mrmgr__cache_dereg(c, mr, "a region's MR in another PD");
+			continue; /* the core deregisters its own */
+		ret = mrmgr__core_dereg(c, mr, "a region's MR in another PD");
 		if (!ret)
 			c->st.deregistrations++;
-		c->nregions--;
-		c->pinned_bytes -= len;
+		mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len, -1);
 		c->st.share_pd_mrs--;
 	}
 	sh->npd_mrs = 0;
@@ -108,12 +108,12 @@ static int add_pd_mr(struct mrmgr_cache *c, struct mrmgr_region *r, int i)
 	/* Room for one more MR; when everything is in use the MR is made
 	 * anyway (the region is held: there is nothing to hand out
 	 * uncached instead) and the device has the last word. */
-	(void)mrmgr__cache_make_room(c, 1, len);
+	(void)mrmgr__core_make_room(c, 1, len);
 	ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start, len,
 				(int)r->access, &mr);
 	if (ret == ENOMEM || ret == EAGAIN) {
 		c->st.evict_retries++;
-		mrmgr__cache_evict_all_idle(c);
+		mrmgr__core_evict_all_idle(c);
 		ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start,
 					len, (int)r->access, &mr);
 	}
@@ -133,10 +133,7 @@ static int add_pd_mr(struct mrmgr_cache *c, struct mrmgr_region *r, int i)
 	c->st.pages_registered += len >> c->page_shift;
 	c->st.share_pd_registrations++;
 	c->st.share_pd_mrs++;
-	c->nregions++;
-	c->pinned_bytes += len;
-	if (c->pinned_bytes > c->st.peak_pinned_bytes)
-		c->st.peak_pinned_bytes = c->pinned_bytes;
+	mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len, 1);
 	r->share->npd_mrs++;
 	__atomic_store_n(&r->share->pd_mrs[i], mr, __ATOMIC_RELEASE);
 	mrmgr__share_update_set(c, r);
@@ -158,25 +155,25 @@ int mrmgr__multi_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 	}
 	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
 	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
-		r = mrmgr__cache_try_hit(c, start, last, access, slot);
+		r = mrmgr__core_try_hit(c, start, last, access, slot);
 		if (r && mrmgr__multi_mr(r, (size_t)i)) {
 			*out = r;
 			return 0;
 		}
 	}
-	pthread_mutex_lock(&c->lock);
+	mrmgr__core_lock(c);
 	if (!r) {
 		/* The miss registers in the PD that asked. */
 		c->pd = c->share->pds[i];
-		ret = mrmgr__cache_get_locked(c, start, last, access, slot, 0, &r);
+		ret = mrmgr__core_get_locked(c, start, last, access, slot, 0, &r);
 		c->pd = c->share->pds[0];
 	}
 	if (!ret && !r->share->pd_mrs[i]) {
 		ret = add_pd_mr(c, r, i);
 		if (ret)
-			mrmgr__cache_unref_locked(c, r, slot);
+			mrmgr__core_unref_locked(c, r, slot);
 	}
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_unlock(c);
 	if (!ret)
 		*out = r;
 	return ret;
@@ -234,7 +231,7 @@ MRMGR_EXPORT int mrmgr_cache_create_multi(struct ibv_pd *const *pds,
 		free(sc);
 		return ret;
 	}
-	if (c->odp.mode != MRMGR_ODP_OFF) {
+	if (c->odp->mode != MRMGR_ODP_OFF) {
 		int strict = (c->cfg.odp_flags & MRMGR_ODP_STRICT) &&
 			     c->cfg.odp_mode != MRMGR_ODP_AUTO;
 
@@ -264,10 +261,10 @@ MRMGR_EXPORT int mrmgr_cache_create_multi(struct ibv_pd *const *pds,
 		free(sc);
 		return ret;
 	}
-	pthread_mutex_lock(&c->lock);
+	mrmgr__core_lock(c);
 	c->share = sc;
 	c->flags |= MRMGR__CACHE_MULTI_PD;
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_unlock(c);
 	mrmgr__info("multi-PD cache over %zu PDs", npds);
 	*cache = c;
 	return 0;
@@ -293,7 +290,7 @@ MRMGR_EXPORT int mrmgr_get_pd(mrmgr_cache_t *c, struct ibv_pd *pd, void *addr,
 		}
 		return mrmgr_get(c, addr, length, access, region);
 	}
-	ret = mrmgr__cache_check_request("mrmgr_get_pd", c, addr, length, access,
+	ret = mrmgr__core_check_request("mrmgr_get_pd", c, addr, length, access,
 					 &start, &last);
 	if (ret)
 		return ret;

@@ -36,6 +36,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cache.h"
@@ -125,7 +126,7 @@ static int unsupported_errno(int e)
 /* Register the implicit MR. 0 or the device's errno. */
 static int implicit_register(struct mrmgr_cache *c)
 {
-	struct mrmgr__odp *o = &c->odp;
+	struct mrmgr__odp *o = c->odp;
 	unsigned int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 			      IBV_ACCESS_REMOTE_READ;
 	struct ibv_mr *mr = NULL;
@@ -148,14 +149,21 @@ static int implicit_register(struct mrmgr_cache *c)
 
 int mrmgr__odp_init(struct mrmgr_cache *c)
 {
-	struct mrmgr__odp *o = &c->odp;
+	struct mrmgr__odp *o = c->odp;
 	const struct mrmgr__dev_caps *caps = &c->caps;
 	uint32_t req = c->cfg.odp_mode;
 	char why[128] = "";
 	uint32_t blocker;
 	int strict, ret;
 
+	if (!o) {
+		o = c->odp = malloc(sizeof(*o));
+		if (!o)
+			return ENOMEM;
+	}
 	memset(o, 0, sizeof(*o));
+	c->reg_access = 0;
+	c->unpinned = 0;
 	o->requested = req;
 	o->flags = c->cfg.odp_flags;
 	o->transports = c->cfg.odp_transports ? c->cfg.odp_transports
@@ -217,6 +225,10 @@ int mrmgr__odp_init(struct mrmgr_cache *c)
 decided:
 	if (o->mode != MRMGR_ODP_OFF) {
 		o->reg_access = IBV_ACCESS_ON_DEMAND;
+		/* The core ORs it into every registration; ODP regions pin
+		 * nothing, so max_bytes bounds no merge. */
+		c->reg_access = o->reg_access;
+		c->unpinned = 1;
 		if (o->flags & MRMGR_ODP_AUTO_PREFETCH)
 			c->flags |= MRMGR__CACHE_AUTO_PREFETCH;
 	}
@@ -231,12 +243,12 @@ decided:
 
 void mrmgr__odp_fini(struct mrmgr_cache *c)
 {
-	struct mrmgr__odp *o = &c->odp;
+	struct mrmgr__odp *o = c->odp;
 	int ret;
 
-	if (!o->implicit_mr)
+	if (!o || !o->implicit_mr)
 		return;
-	ret = mrmgr__cache_dereg(c, o->implicit_mr, "the implicit ODP MR");
+	ret = mrmgr__core_dereg(c, o->implicit_mr, "the implicit ODP MR");
 	if (!ret)
 		c->st.deregistrations++;
 	o->implicit_mr = NULL;
@@ -276,8 +288,8 @@ int mrmgr__odp_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	if (ret && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
 		mrmgr__warn("cannot read /proc/self/maps (%s): ODP regions are "
 			    "made without checking protections", strerror(ret));
-	*kind = c->odp.mode == MRMGR_ODP_IMPLICIT &&
-				!(*racc & ~c->odp.implicit_access)
+	*kind = c->odp->mode == MRMGR_ODP_IMPLICIT &&
+				!(*racc & ~c->odp->implicit_access)
 			? MRMGR__REGION_VIEW
 			: MRMGR__REGION_ODP;
 	return 0;
@@ -301,7 +313,7 @@ void mrmgr__odp_region_gone(struct mrmgr_cache *c, struct mrmgr_region *r)
 
 void mrmgr__odp_stats(struct mrmgr_cache *c, struct mrmgr_stats *s)
 {
-	const struct mrmgr__prefetch_stats *p = &c->odp.pst;
+	const struct mrmgr__prefetch_stats *p = &c->odp->pst;
 
 	s->prefetch_calls = __atomic_load_n(&p->calls, __ATOMIC_RELAXED);
 	s->prefetch_sges = __atomic_load_n(&p->sges, __ATOMIC_RELAXED);
@@ -323,7 +335,7 @@ MRMGR_EXPORT int mrmgr_cache_query_odp(mrmgr_cache_t *c,
 		return EINVAL;
 	}
 	/* Set at creation and never changed: no lock needed. */
-	o = &c->odp;
+	o = c->odp;
 	memset(&i, 0, sizeof(i));
 	i.requested_mode = o->requested;
 	i.mode = o->mode;
@@ -346,3 +358,56 @@ MRMGR_EXPORT int mrmgr_cache_query_odp(mrmgr_cache_t *c,
 	memcpy(info, &i, size < sizeof(i) ? size : sizeof(i));
 	return 0;
 }
+
+/* ------------------------------------------------------------ hooks */
+
+static int odp_plan_miss(struct mrmgr_cache *c, struct mrmgr__miss *m,
+			 struct mrmgr_region **out)
+{
+	int ret;
+
+	(void)out;
+	if (c->odp->mode == MRMGR_ODP_OFF)
+		return MRMGR__PLAN_GO_ON;
+	ret = mrmgr__odp_miss(c, m->start, m->last, m->access, &m->rs, &m->rl,
+			      &m->racc, &m->merged, &m->kind);
+	if (ret) {
+		c->st.reg_failures++;
+		return ret;
+	}
+	if (m->kind == MRMGR__REGION_VIEW)
+		m->view_mr = c->odp->implicit_mr;
+	return MRMGR__PLAN_GO_ON;
+}
+
+static void odp_region_added(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	if (r->kind != MRMGR__REGION_PINNED)
+		mrmgr__odp_region_added(c, r);
+}
+
+static void odp_free(struct mrmgr_cache *c)
+{
+	free(c->odp);
+	c->odp = NULL;
+}
+
+static void odp_after_get(struct mrmgr_cache *c, struct mrmgr_region *r,
+			  void *addr, size_t length, unsigned int access,
+			  uint64_t get_flags)
+{
+	if (mrmgr__odp_want_hint(c->flags, get_flags))
+		mrmgr__odp_get_hint(r, addr, length, access);
+}
+
+const struct mrmgr__ext mrmgr__ext_odp = {
+	.name = "odp",
+	.init = mrmgr__odp_init,
+	.fini = mrmgr__odp_fini,
+	.free = odp_free,
+	.plan_miss = odp_plan_miss,
+	.region_added = odp_region_added,
+	.region_released = mrmgr__odp_region_gone,
+	.stats = mrmgr__odp_stats,
+	.after_get = odp_after_get,
+};

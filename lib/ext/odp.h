@@ -3,14 +3,14 @@
  * the device's odp_caps), the implicit MR, the mapping check that keeps
  * ODP away from memory it would fault on, and prefetch hints.
  *
- * How the cache uses it (cache.c):
+ * How the cache uses it (its hooks, mrmgr__ext_odp, ext.h):
  *   - creation calls mrmgr__odp_init(); destruction mrmgr__odp_fini();
- *   - a miss calls mrmgr__odp_miss() (ODP modes only), which checks the
+ *   - a miss plans through mrmgr__odp_miss() (ODP modes only), which checks the
  *     mapping and says what kind of region to make: an explicit ODP
  *     registration, or (implicit mode) a view of the implicit MR that
  *     needs no registration at all;
- *   - registrations carry odp.reg_access (IBV_ACCESS_ON_DEMAND in ODP
- *     modes); ODP regions are accounted in odp_bytes, not pinned_bytes,
+ *   - registrations carry the cache's reg_access (IBV_ACCESS_ON_DEMAND in
+ *     ODP modes); ODP regions are accounted in odp_bytes, not pinned_bytes,
  *     and views are never deregistered;
  *   - a successful get may issue the automatic prefetch hint.
  *
@@ -24,15 +24,19 @@
 
 #include <mrmgr/mrmgr.h>
 
+#include "ext.h"
+
 struct mrmgr_cache;
 struct mrmgr_region;
 
 /*
- * Internal bit in mrmgr_cache::flags (next to the public enum
- * mrmgr_cache_flags, far from them): the automatic prefetch policy. It
- * lives there because that word is on the line every hit already reads.
+ * The automatic prefetch policy: the core's after-get bit of
+ * mrmgr_cache::flags (ext.h), on the line every hit already reads.
  */
-#define MRMGR__CACHE_AUTO_PREFETCH (UINT64_C(1) << 63)
+#define MRMGR__CACHE_AUTO_PREFETCH MRMGR__CACHE_AFTER_GET
+
+/* The feature as the core sees it (ext.h). */
+extern const struct mrmgr__ext mrmgr__ext_odp;
 
 /* Prefetch counters: updated with atomic adds outside the cache lock. */
 struct mrmgr__prefetch_stats {

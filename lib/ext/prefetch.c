@@ -106,7 +106,7 @@ static const char *advice_name(enum ibv_advise_mr_advice advice)
 static int advice_unsupported(struct mrmgr_cache *c,
 			      enum ibv_advise_mr_advice advice)
 {
-	return (__atomic_load_n(&c->odp.unsupported, __ATOMIC_RELAXED) >>
+	return (__atomic_load_n(&c->odp->unsupported, __ATOMIC_RELAXED) >>
 		advice) & 1;
 }
 
@@ -119,7 +119,7 @@ static void learn_unsupported(struct mrmgr_cache *c,
 				!c->ops->advise_mr
 			? ~UINT32_C(0)
 			: UINT32_C(1) << advice;
-	uint32_t old = __atomic_fetch_or(&c->odp.unsupported, bits,
+	uint32_t old = __atomic_fetch_or(&c->odp->unsupported, bits,
 					 __ATOMIC_RELAXED);
 
 	if ((old & bits) != bits)
@@ -156,13 +156,13 @@ static int send_batches(struct mrmgr_cache *c, enum ibv_advise_mr_advice advice,
 		uint32_t b = l->n - i < max ? (uint32_t)(l->n - i) : max;
 		int ret;
 
-		count(&c->odp.pst.batches, 1);
+		count(&c->odp->pst.batches, 1);
 		for (int attempt = 0;; attempt++) {
 			ret = mrmgr__dev_advise_mr(c->ops, c->pd, advice, flags,
 						   l->v + i, b);
 			if (ret != EAGAIN || attempt == EAGAIN_RETRIES)
 				break;
-			count(&c->odp.pst.retries, 1);
+			count(&c->odp->pst.retries, 1);
 			pause_before_retry(attempt);
 		}
 		if (mrmgr__dev_unsupported(ret)) {
@@ -180,7 +180,7 @@ static int send_batches(struct mrmgr_cache *c, enum ibv_advise_mr_advice advice,
 				   strerror(ret));
 			return ret;
 		}
-		count(&c->odp.pst.sges, b);
+		count(&c->odp->pst.sges, b);
 		i += b;
 	}
 	return 0;
@@ -198,9 +198,9 @@ static int finish(struct mrmgr_cache *c, enum ibv_advise_mr_advice advice,
 	else
 		ret = send_batches(c, advice, flags, l, level, &noop);
 	if (ret)
-		count(&c->odp.pst.failures, 1);
+		count(&c->odp->pst.failures, 1);
 	else if (noop)
-		count(&c->odp.pst.noops, 1);
+		count(&c->odp->pst.noops, 1);
 	return ret;
 }
 
@@ -300,7 +300,7 @@ static int collect_implicit(struct mrmgr_cache *c,
 {
 	/* The implicit MR covers every range and lives as long as the
 	 * cache: nothing to look up, nothing to hold. */
-	uint32_t lkey = c->odp.implicit_mr->lkey;
+	uint32_t lkey = c->odp->implicit_mr->lkey;
 	struct budget b = {
 		c->caps.max_mr_size ? c->caps.max_mr_size : UINT64_C(1) << 40,
 		0, advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE
@@ -364,7 +364,7 @@ static int collect_explicit(struct mrmgr_cache *c,
 	int ret = 0;
 
 	*writable = 1;
-	pthread_mutex_lock(&c->lock);
+	mrmgr__core_lock(c);
 	for (size_t i = 0; i < n && !ret; i++) {
 		uint64_t s = (uintptr_t)ranges[i].addr;
 		uint64_t last = s + (ranges[i].length - 1), next = s;
@@ -390,7 +390,7 @@ static int collect_explicit(struct mrmgr_cache *c,
 			next = e + 1;
 		}
 	}
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_unlock(c);
 	return ret;
 }
 
@@ -422,19 +422,19 @@ MRMGR_EXPORT int mrmgr_prefetch(mrmgr_cache_t *c,
 	if (ret)
 		return ret;
 
-	count(&c->odp.pst.calls, 1);
+	count(&c->odp->pst.calls, 1);
 	mrmgr__sge_init(&l);
-	if (c->odp.mode == MRMGR_ODP_IMPLICIT) {
-		writable = !!(c->odp.implicit_access & IBV_ACCESS_LOCAL_WRITE);
+	if (c->odp->mode == MRMGR_ODP_IMPLICIT) {
+		writable = !!(c->odp->implicit_access & IBV_ACCESS_LOCAL_WRITE);
 		ret = collect_implicit(c, ranges, n, choose(flags, writable), &l);
-	} else if (c->odp.mode == MRMGR_ODP_EXPLICIT) {
+	} else if (c->odp->mode == MRMGR_ODP_EXPLICIT) {
 		ret = collect_explicit(c, ranges, n, &l, &h, &writable);
 	}
 	if (!ret)
 		ret = finish(c, choose(flags, writable), advise_flags(flags), &l,
 			     MRMGR_LOG_ERROR);
 	else
-		count(&c->odp.pst.failures, 1);
+		count(&c->odp->pst.failures, 1);
 	release(&h);
 	mrmgr__sge_fini(&l);
 	return ret;
@@ -481,9 +481,9 @@ MRMGR_EXPORT int mrmgr_region_prefetch(mrmgr_region_t *r, void *addr,
 		}
 	}
 
-	count(&c->odp.pst.calls, 1);
+	count(&c->odp->pst.calls, 1);
 	if (r->kind == MRMGR__REGION_PINNED) {
-		count(&c->odp.pst.noops, 1);
+		count(&c->odp->pst.noops, 1);
 		return 0;
 	}
 	mrmgr__sge_init(&l);
@@ -492,7 +492,7 @@ MRMGR_EXPORT int mrmgr_region_prefetch(mrmgr_region_t *r, void *addr,
 		ret = finish(c, choose(flags, !!(r->access & IBV_ACCESS_LOCAL_WRITE)),
 			     advise_flags(flags), &l, MRMGR_LOG_ERROR);
 	else
-		count(&c->odp.pst.failures, 1);
+		count(&c->odp->pst.failures, 1);
 	mrmgr__sge_fini(&l);
 	return ret;
 }
@@ -505,11 +505,11 @@ void mrmgr__odp_get_hint(struct mrmgr_region *r, void *addr, size_t length,
 
 	if (r->kind == MRMGR__REGION_PINNED)
 		return;
-	count(&c->odp.pst.calls, 1);
+	count(&c->odp->pst.calls, 1);
 	mrmgr__sge_init(&l);
 	/* The region holds the request, and the caller holds the region. */
 	if (mrmgr__sge_push(&l, (uintptr_t)addr, length, r->mr->lkey))
-		count(&c->odp.pst.failures, 1);
+		count(&c->odp->pst.failures, 1);
 	else
 		(void)finish(c, choose(0, !!(access & WRITE_ACCESS)), 0, &l,
 			     MRMGR_LOG_WARN);

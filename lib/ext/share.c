@@ -104,7 +104,7 @@ void mrmgr__share_update_set(struct mrmgr_cache *c, struct mrmgr_region *r)
 void mrmgr__share_pin(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	/* A reference like a get's, on this thread's stripe; dropped with
-	 * mrmgr__cache_unref_locked() from any thread (stripes add up). */
+	 * mrmgr__core_unref_locked() from any thread (stripes add up). */
 	mrmgr__ref_take(r, mrmgr__thread_slot() & (c->nstripes - 1));
 	r->flags |= MRMGR__REGION_SHARED;
 	mrmgr__share_update_set(c, r);
@@ -217,7 +217,7 @@ uint64_t mrmgr__share_force(struct mrmgr_cache *c)
 			e->r = NULL;
 			n++;
 			/* The pin: the region goes now if nothing else holds it. */
-			mrmgr__cache_unref_locked(c, r, slot);
+			mrmgr__core_unref_locked(c, r, slot);
 		}
 		while (r->share && r->share->aliases) {
 			mrmgr__warn("forced: the alias at %p of [%#llx, +%llu) is "
@@ -225,7 +225,7 @@ uint64_t mrmgr__share_force(struct mrmgr_cache *c)
 				    (unsigned long long)mrmgr__region_start(r),
 				    (unsigned long long)mrmgr__region_len(r));
 			c->st.share_revocations++;
-			mrmgr__cache_unref_locked(c, mrmgr__alias_force(c, r->share->aliases),
+			mrmgr__core_unref_locked(c, mrmgr__alias_force(c, r->share->aliases),
 						  slot);
 			n++;
 		}
@@ -338,9 +338,9 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 	if (!e)
 		return ENOMEM;
 
-	pthread_mutex_lock(&c->lock);
+	mrmgr__core_lock(c);
 	if (mrmgr__region_state(r) != MRMGR__REGION_LIVE) {
-		pthread_mutex_unlock(&c->lock);
+		mrmgr__core_unlock(c);
 		free(e);
 		mrmgr__err("mrmgr_region_export: [%#llx, +%llu) is no longer in "
 			   "the cache (invalidated, merged or grown away); get "
@@ -352,7 +352,7 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 	if (!ret)
 		ret = mrmgr__share_get(c, r);
 	if (ret) {
-		pthread_mutex_unlock(&c->lock);
+		mrmgr__core_unlock(c);
 		free(e);
 		return ret;
 	}
@@ -382,7 +382,7 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 	c->st.exports++;
 	c->st.share_exports++;
 	mrmgr__share_pin(c, r); /* dropped by the release */
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_unlock(c);
 	mrmgr__dbg("export %llu: [%#llx, +%llu) handle %u keys %#x/%#x",
 		   (unsigned long long)e->desc.export_id,
 		   (unsigned long long)e->desc.addr,
@@ -422,11 +422,11 @@ MRMGR_EXPORT int mrmgr_export_release(mrmgr_export_t *e)
 	}
 	c = e->cache;
 	if (c) {
-		pthread_mutex_lock(&c->lock);
+		mrmgr__core_lock(c);
 		unlink_export(c, e);
-		mrmgr__cache_unref_locked(c, e->r,
+		mrmgr__core_unref_locked(c, e->r,
 					  mrmgr__thread_slot() & (c->nstripes - 1));
-		pthread_mutex_unlock(&c->lock);
+		mrmgr__core_unlock(c);
 	}
 	free(e);
 	return 0;
@@ -441,12 +441,12 @@ void mrmgr__export_importers(struct mrmgr_export *e, int delta)
 		e->importers += (uint32_t)delta;
 		return;
 	}
-	pthread_mutex_lock(&c->lock);
+	mrmgr__core_lock(c);
 	e->importers += (uint32_t)delta;
 	c->st.share_importers += (uint64_t)(int64_t)delta;
 	if (delta > 0)
 		c->st.imports += (uint64_t)delta;
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_unlock(c);
 }
 
 /* ------------------------------------------------------------ query */
@@ -479,7 +479,7 @@ MRMGR_EXPORT int mrmgr_region_query_shares(const mrmgr_region_t *r,
 		return EINVAL;
 	}
 	c = r->cache;
-	pthread_mutex_lock(&c->lock);
+	mrmgr__core_lock(c);
 	refs = mrmgr__region_refs(r, c->nstripes);
 	detached = mrmgr__region_state(r) != MRMGR__REGION_LIVE
 			   ? MRMGR_SHARE_DETACHED : 0;
@@ -537,7 +537,79 @@ MRMGR_EXPORT int mrmgr_region_query_shares(const mrmgr_region_t *r,
 		one.refs = 1;
 		put_info(info, max, info_size, k++, &one);
 	}
-	pthread_mutex_unlock(&c->lock);
+	mrmgr__core_unlock(c);
 	*n = k;
 	return 0;
 }
+
+/* ------------------------------------------------------------ hooks */
+
+/* A multi-PD region needs its per-PD MR table before it is used. */
+static int share_region_alloc(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	return (c->flags & MRMGR__CACHE_MULTI_PD) ? mrmgr__share_get(c, r) : 0;
+}
+
+static void share_region_added(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	if (c->flags & MRMGR__CACHE_MULTI_PD) /* r->mr is in c->pd's slot */
+		mrmgr__share_region_new(c, r);
+}
+
+/* Its MRs in other PDs, its share-set membership. */
+static void share_region_released(struct mrmgr_cache *c,
+				  struct mrmgr_region *r)
+{
+	if (r->share)
+		mrmgr__share_region_release(c, r);
+}
+
+/* Its exports are revoked. */
+static void share_region_invalidated(struct mrmgr_cache *c,
+				     struct mrmgr_region *r)
+{
+	if (r->share)
+		mrmgr__share_invalidated(c, r);
+}
+
+/* MRMGR_DESTROY_FORCE: exports give up their pins. */
+static void share_destroy_begin(struct mrmgr_cache *c, uint64_t flags)
+{
+	if ((flags & MRMGR_DESTROY_FORCE) && c->share)
+		(void)mrmgr__share_force(c);
+}
+
+static int share_destroy_check(struct mrmgr_cache *c, uint64_t busy)
+{
+	if (busy && c->share)
+		mrmgr__share_report_busy(c);
+	return 0;
+}
+
+/* The regions' memory is their slabs'; their share state is not. */
+static void share_free(struct mrmgr_cache *c)
+{
+	for (size_t i = 0; i < c->nall; i++)
+		mrmgr__share_region_free(c->all[i]);
+	mrmgr__share_cache_free(c);
+}
+
+static int share_get(struct mrmgr_cache *c, uint64_t start, uint64_t last,
+		     unsigned int access, unsigned int slot,
+		     struct mrmgr_region **out)
+{
+	return mrmgr__multi_get(c, NULL, start, last, access, slot, out);
+}
+
+const struct mrmgr__ext mrmgr__ext_share = {
+	.name = "share",
+	.free = share_free,
+	.region_alloc = share_region_alloc,
+	.region_added = share_region_added,
+	.region_released = share_region_released,
+	.region_invalidated = share_region_invalidated,
+	.destroy_begin = share_destroy_begin,
+	.destroy_check = share_destroy_check,
+	.get = share_get,
+	.region_mr = mrmgr__region_plain_mr,
+};

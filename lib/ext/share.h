@@ -10,11 +10,11 @@
  *     tracked by the importer and by the share helpers (share_server.c,
  *     share_client.c).
  *
- * How the cache uses it (cache.c): a cache with share state (c->share)
- * calls mrmgr__share_region_new() on every region it makes; a region with
- * share state (r->share) calls mrmgr__share_region_release() when it is
- * deregistered and mrmgr__share_invalidated() when it is invalidated;
- * mrmgr_cache_destroy_ex() calls mrmgr__share_force() and
+ * How the cache uses it (its hooks, mrmgr__ext_share, ext.h): a multi-PD
+ * cache calls mrmgr__share_region_new() on every region it makes; a
+ * region with share state (r->share) calls mrmgr__share_region_release()
+ * when it is deregistered and mrmgr__share_invalidated() when it is
+ * invalidated; mrmgr_cache_destroy_ex() calls mrmgr__share_force() and
  * mrmgr__share_report_busy(). A multi-PD cache's gets go through
  * mrmgr__multi_get(). Everything here runs under the cache lock except
  * mrmgr__multi_get()'s hit path and the accessors, which read pd_mrs[]
@@ -36,15 +36,20 @@
 
 #include <mrmgr/mrmgr.h>
 
+#include "ext.h"
 #include "region.h"
 
 struct mrmgr_cache;
 
 /*
- * Internal bit in mrmgr_cache::flags, on the line every get reads: the
- * cache serves several PDs, so gets go through mrmgr__multi_get().
+ * The cache serves several PDs, so gets go through mrmgr__multi_get(): the
+ * core's feature-get bit of mrmgr_cache::flags (ext.h), on the line every
+ * get reads.
  */
-#define MRMGR__CACHE_MULTI_PD (UINT64_C(1) << 62)
+#define MRMGR__CACHE_MULTI_PD MRMGR__CACHE_EXT_GET
+
+/* The feature as the core sees it (ext.h): share sets, multi-PD gets. */
+extern const struct mrmgr__ext mrmgr__ext_share;
 
 /* A region's share state; type-stable with the region (freed with the
  * cache), reset when the region is released. */
@@ -84,7 +89,7 @@ struct mrmgr__share_cache {
 	size_t npds;                     /* 0 for a single-PD cache */
 };
 
-/* cache.c hooks. Cache lock held. */
+/* What its hooks (mrmgr__ext_share) call. Cache lock held. */
 void mrmgr__share_region_new(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__share_region_release(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__share_invalidated(struct mrmgr_cache *c, struct mrmgr_region *r);

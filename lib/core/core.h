@@ -1,0 +1,116 @@
+/*
+ * What features (lib/ext) call the core through: one small header. All
+ * with the cache lock held (mrmgr__core_lock()) unless said otherwise.
+ * What a feature may hook is ext.h.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef MRMGR__CORE_H
+#define MRMGR__CORE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ibv_mr;
+struct mrmgr_cache;
+struct mrmgr_region;
+
+/* The cache lock: every slow-path step below runs under it. */
+void mrmgr__core_lock(struct mrmgr_cache *c);
+void mrmgr__core_unlock(struct mrmgr_cache *c);
+
+/* Flags of mrmgr__core_get_locked(). */
+enum mrmgr__get_flags {
+	MRMGR__GET_NO_GROW = 1u << 0,  /* no in-place rereg, no headroom */
+	MRMGR__GET_NO_MERGE = 1u << 1, /* register exactly [start, last] */
+	/* The caller holds nothing else across the call: the miss may drop
+	 * the lock while it registers (and takes it again before returning) */
+	MRMGR__GET_MAY_UNLOCK = 1u << 2,
+};
+
+/* mrmgr_get() after the hit path: look again, else register. */
+int mrmgr__core_get_locked(struct mrmgr_cache *c, uint64_t start,
+			   uint64_t last, unsigned int access,
+			   unsigned int slot, unsigned int gflags,
+			   struct mrmgr_region **out);
+/*
+ * Take a live region out of hit reach if it is idle, by the eviction
+ * protocol (state first, then the stripes), then out of the tree and off
+ * the LRU. Returns 1 when done; 0, leaving it live, when it is held.
+ */
+int mrmgr__core_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Put a region that is out of the tree back in: live, on the LRU. */
+void mrmgr__core_publish(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Detach a live region for good; returns 1 when it was idle and released. */
+int mrmgr__core_detach(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Deregister and recycle an idle region that is out of the tree. */
+void mrmgr__core_release(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* Drop a reference on slot; release the region if that freed it. */
+void mrmgr__core_unref_locked(struct mrmgr_cache *c, struct mrmgr_region *r,
+			      unsigned int slot);
+/* mrmgr_invalidate() of [start, last]: detach every cached region that
+ * overlaps it. Returns how many. */
+uint64_t mrmgr__core_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
+				       uint64_t last);
+/*
+ * Evict idle regions until regions more regions and bytes more bytes fit
+ * the limits; 0 when they cannot.
+ */
+int mrmgr__core_make_room(struct mrmgr_cache *c, uint64_t regions,
+			  uint64_t bytes);
+/*
+ * Call fn once on every region cached when it starts, oldest first; fn may
+ * quiesce, detach or publish the region it is given (and nothing else).
+ */
+void mrmgr__core_each_cached(struct mrmgr_cache *c,
+			     void (*fn)(struct mrmgr_cache *c,
+			     struct mrmgr_region *r, void *arg),
+			     void *arg);
+/*
+ * Whether cached region r joins a miss whose requests span [as, al]
+ * (the request and what was asked of the regions joined so far) and
+ * whose registration spans [s, l]: r overlaps it and either what was
+ * asked of r overlaps [as, al] or r lies inside [s, l]. A region the
+ * miss overlaps only in its headroom (memory nobody asked for, perhaps
+ * the next buffer) stays apart.
+ */
+int mrmgr__core_joins(const struct mrmgr_region *r, uint64_t as, uint64_t al,
+		      uint64_t s, uint64_t l);
+
+/* mrmgr_get()'s access check (EINVAL and a log line). */
+int mrmgr__core_check_access(const char *fn, unsigned int access);
+
+/* mrmgr_get()'s checks of a request: EINVAL and a log line, or 0 and the
+ * page-aligned [*start, *last]. No lock. */
+int mrmgr__core_check_request(const char *fn, const struct mrmgr_cache *c,
+			      const void *addr, size_t length,
+			      unsigned int access, uint64_t *start,
+			      uint64_t *last);
+/* The lock-free hit path: a region referenced on slot, or NULL. */
+struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
+					 uint64_t last, unsigned int access,
+					 unsigned int slot);
+/* Evict every idle region (before retrying an ENOMEM registration). */
+void mrmgr__core_evict_all_idle(struct mrmgr_cache *c);
+
+/*
+ * dereg.c, with the lock held (or before the cache is shared): deregister
+ * mr; when that fails, log it (what names the MR) and keep it to retry.
+ * Returns the device's answer.
+ */
+int mrmgr__core_dereg(struct mrmgr_cache *c, struct ibv_mr *mr,
+		      const char *what);
+
+/*
+ * account.c: registration accounting in one place. A registration's
+ * counters and debug line (ret: the device's answer); a registration of
+ * len bytes of kind (enum mrmgr__region_kind) counted (sign 1) or
+ * uncounted (-1) against the limits.
+ */
+void mrmgr__core_reg_done(struct mrmgr_cache *c, uint64_t start, uint64_t len,
+			  unsigned int access, int ret);
+void mrmgr__core_account_reg(struct mrmgr_cache *c, int kind, uint64_t len,
+			     int sign);
+
+#endif /* MRMGR__CORE_H */

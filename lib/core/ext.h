@@ -1,0 +1,117 @@
+/*
+ * What a feature may hook: the core (lib/core) names no feature; growth,
+ * ODP, sharing and buffers (lib/ext) each describe themselves with one
+ * struct mrmgr__ext, and the public creation entry point (ext/features.c)
+ * hands the core the list. The core calls the hooks on the slow path only
+ * (creation, destruction, a miss under the lock, a region made, released
+ * or invalidated, statistics): never on a hit, and a hit never looks at
+ * the list. Every hook may be NULL; they run in list order.
+ *
+ * A feature keeps its per-cache state in the cache fields named for it
+ * (cache.h), which the core never reads.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef MRMGR__EXT_H
+#define MRMGR__EXT_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include <mrmgr/mrmgr.h>
+
+struct mrmgr_cache;
+struct mrmgr_region;
+
+/*
+ * Bits of mrmgr_cache::flags above the public ones, on the line every hit
+ * reads: either one sends every get to the slow path (one shift tests
+ * both), where the core calls the hooks they announce.
+ */
+/* A successful mrmgr_get() calls the after_get hooks. */
+#define MRMGR__CACHE_AFTER_GET (UINT64_C(1) << 63)
+/* Gets go to the get hook (a feature answers them); regions keep no keys
+ * in their reference words (the MR depends on who asks). */
+#define MRMGR__CACHE_EXT_GET (UINT64_C(1) << 62)
+
+/* plan_miss(): go on with the miss. */
+#define MRMGR__PLAN_GO_ON (-1)
+
+/*
+ * A miss, as the hooks may shape it. The request [start, last] with
+ * access is fixed; the span [rs, rl] with racc is what will be
+ * registered; [as, al] is what was asked of the regions it absorbs.
+ */
+struct mrmgr__miss {
+	uint64_t start, last;
+	unsigned int access;
+	unsigned int slot;   /* the caller's reference word */
+	unsigned int gflags; /* enum mrmgr__get_flags (core.h) */
+	uint64_t rs, rl;
+	unsigned int racc;
+	uint64_t as, al;
+	int merged; /* the span absorbs cached regions */
+	int kind;   /* enum mrmgr__region_kind of the region to make */
+	/* kind MRMGR__REGION_VIEW: the MR that already covers the span
+	 * (no registration); it outlives the region. */
+	struct ibv_mr *view_mr;
+};
+
+struct mrmgr__ext {
+	const char *name;
+	/* Creation, cache not shared yet: 0 or a positive errno (the hooks
+	 * that ran are undone by fini and free). */
+	int (*init)(struct mrmgr_cache *c);
+	/* Destruction, lock held, every region released. */
+	void (*fini)(struct mrmgr_cache *c);
+	/* Destruction, last, no lock: free the feature's memory. */
+	void (*free)(struct mrmgr_cache *c);
+	/*
+	 * A miss, lock held, after the merge: 0 with *out referenced on
+	 * m->slot (the feature answered), MRMGR__PLAN_GO_ON, or a positive
+	 * errno (the get fails).
+	 */
+	int (*plan_miss)(struct mrmgr_cache *c, struct mrmgr__miss *m,
+			 struct mrmgr_region **out);
+	/* A region is taken for a new registration (lock held): 0, or
+	 * ENOMEM and the miss fails. */
+	int (*region_alloc)(struct mrmgr_cache *c, struct mrmgr_region *r);
+	/* A region has its MR, range, access and kind (lock held). */
+	void (*region_added)(struct mrmgr_cache *c, struct mrmgr_region *r);
+	/* A region is deregistered (lock held); its MR is still there. */
+	void (*region_released)(struct mrmgr_cache *c, struct mrmgr_region *r);
+	/* A cached region is invalidated, before it is detached. */
+	void (*region_invalidated)(struct mrmgr_cache *c,
+				   struct mrmgr_region *r);
+	/* mrmgr_cache_destroy_ex(), lock held, before counting the busy
+	 * regions (MRMGR_DESTROY_FORCE lets members go). */
+	void (*destroy_begin)(struct mrmgr_cache *c, uint64_t flags);
+	/* Then, busy regions held: report what holds them, 0 or EBUSY
+	 * (with a log line) when the feature's own objects still use it. */
+	int (*destroy_check)(struct mrmgr_cache *c, uint64_t busy);
+	/* mrmgr_cache_query_stats(), no lock: the feature's counters. */
+	void (*stats)(struct mrmgr_cache *c, struct mrmgr_stats *s);
+	/* MRMGR__CACHE_EXT_GET: the body of mrmgr_get() (request checked,
+	 * page-aligned). */
+	int (*get)(struct mrmgr_cache *c, uint64_t start, uint64_t last,
+		   unsigned int access, unsigned int slot,
+		   struct mrmgr_region **out);
+	/* After a successful get: mrmgr_get() (get_flags 0, only with
+	 * MRMGR__CACHE_AFTER_GET) or mrmgr_get_ex() (its flags). */
+	void (*after_get)(struct mrmgr_cache *c, struct mrmgr_region *r,
+			  void *addr, size_t length, unsigned int access,
+			  uint64_t get_flags);
+	/* MRMGR__CACHE_EXT_GET: the MR the plain accessors report. */
+	struct ibv_mr *(*region_mr)(const struct mrmgr_region *r);
+};
+
+/*
+ * cache.c: make a cache with the features of exts (NULL-terminated,
+ * static). The body of mrmgr_cache_create(), which ext/features.c
+ * defines with the library's list.
+ */
+int mrmgr__cache_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
+			const struct mrmgr__ext *const *exts,
+			struct mrmgr_cache **cache);
+
+#endif /* MRMGR__EXT_H */

@@ -1,0 +1,368 @@
+/*
+ * mrmgr_get(): the hit path inline (fast_hit()), then get(): the lock-free
+ * hit with retries and the tree (mrmgr__core_try_hit()), then, under the
+ * lock, mrmgr__core_get_locked(): look again, else miss (miss.c).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "config_env.h"
+#include "core.h"
+#include "evict.h"
+#include "ext.h"
+#include "hit.h"
+#include "log.h"
+
+#define HIT_ATTEMPTS 4
+#define HIT_MAX_STEPS 256
+
+#define KNOWN_ACCESS                                                        \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |                  \
+	 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |                 \
+	 IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING)
+
+static int region_has_access(const struct mrmgr__itree_node *n, const void *arg)
+{
+	unsigned int need = *(const unsigned int *)arg;
+
+	return (MRMGR__READ_ONCE(mrmgr__node_region(n)->access) & need) == need;
+}
+
+static struct mrmgr_region *lookup_locked(struct mrmgr_cache *c, uint64_t start,
+					  uint64_t last, unsigned int access)
+{
+	const struct mrmgr__lk_table *t = c->lk;
+	struct mrmgr__itree_node *n;
+	int gave_up = 0;
+
+	if (t) {
+		/* Under the lock the index is exact: the tree only for what
+		 * it does not hold. */
+		struct mrmgr_region *r = mrmgr__lookup_find(
+			t, start, start >> c->page_shift, last >> c->page_shift,
+			mrmgr__lk_access_tag(access));
+
+		if (r || !t->partial)
+			return r;
+	}
+	n = mrmgr__itree_find_containing(&c->tree, start, last,
+					 region_has_access, &access, UINT_MAX,
+					 &gave_up);
+	return n ? mrmgr__node_region(n) : NULL;
+}
+
+/* A hit took a reference and the word before was old. */
+static inline void mark_used(struct mrmgr_region *r, unsigned int slot,
+			     uint64_t old)
+{
+	if (!(old & MRMGR__REF_USED))
+		mrmgr__ref_mark_used(mrmgr__ref_word(r, slot));
+}
+
+/*
+ * A region that contains [start, last] with access, or NULL; unvalidated.
+ * *sure: NULL means there is none (if the sequence count agrees).
+ */
+static inline struct mrmgr_region *candidate(struct mrmgr_cache *c,
+					     uint64_t start, uint64_t last,
+					     unsigned int access, int *sure)
+{
+	const struct mrmgr__lk_table *t =
+		__atomic_load_n(&c->lk, __ATOMIC_ACQUIRE);
+	struct mrmgr__itree_node *n;
+	int gave_up = 0;
+
+	if (mrmgr__likely(t != NULL)) {
+		struct mrmgr_region *r = mrmgr__lookup_find(
+			t, start, start >> c->page_shift, last >> c->page_shift,
+			mrmgr__lk_access_tag(access));
+
+		if (r || !MRMGR__READ_ONCE(t->partial)) {
+			*sure = 1;
+			return r;
+		}
+	}
+	/* No index, or regions it does not hold: the tree. */
+	n = mrmgr__itree_find_containing(&c->tree, start, last,
+					 region_has_access, &access,
+					 HIT_MAX_STEPS, &gave_up);
+	*sure = !gave_up;
+	return n ? mrmgr__node_region(n) : NULL;
+}
+
+/* The lock-free hit path. NULL: go to the slow path. */
+struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
+					 uint64_t last, unsigned int access,
+					 unsigned int slot)
+{
+	for (int attempt = 0; attempt < HIT_ATTEMPTS; attempt++) {
+		uint64_t seq = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
+		struct mrmgr_region *r;
+		int sure = 0, dead = 0;
+
+		if (seq & 1)
+			continue;
+		r = candidate(c, start, last, access, &sure);
+		if (!r) {
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (sure &&
+			    __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq)
+				return NULL; /* a true miss */
+			continue;
+		}
+		/*
+		 * r is a region of this cache (type-stable memory), though
+		 * perhaps not the one the tree holds now: reference it; the
+		 * word before says whether it was live (the reference and a
+		 * remover's state change are ordered on this word: one sees
+		 * the other); then check nothing changed since seq, so it is
+		 * what the index said: it contains the range, with access
+		 * (hit.h).
+		 */
+		if (mrmgr__hit_ref(c, r, mrmgr__slot_words(slot), seq, &dead))
+			return r;
+		if (dead)
+			mrmgr__cache_put_slow(c, r);
+	}
+	return NULL;
+}
+
+int mrmgr__cache_check_range(const char *fn, const void *addr, size_t length,
+			     uint64_t page_mask, uint64_t *start, uint64_t *last)
+{
+	uintptr_t a = (uintptr_t)addr;
+
+	if (!addr || !length) {
+		mrmgr__err("%s: %s", fn, !addr ? "NULL address" : "zero length");
+		return EINVAL;
+	}
+	if (a + (length - 1) < a || ((a + (length - 1)) | page_mask) < a) {
+		mrmgr__err("%s: range %p + %zu overflows", fn, addr, length);
+		return EINVAL;
+	}
+	*start = a & ~page_mask;
+	*last = (a + (length - 1)) | page_mask;
+	return 0;
+}
+
+int mrmgr__core_check_access(const char *fn, unsigned int access)
+{
+	if (access & ~(unsigned int)KNOWN_ACCESS) {
+		mrmgr__err("%s: unsupported access bits %#x", fn,
+			   access & ~(unsigned int)KNOWN_ACCESS);
+		return EINVAL;
+	}
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & IBV_ACCESS_LOCAL_WRITE)) {
+		mrmgr__err("%s: REMOTE_WRITE and REMOTE_ATOMIC need "
+			   "LOCAL_WRITE (access %#x)", fn, access);
+		return EINVAL;
+	}
+	return 0;
+}
+
+int mrmgr__core_check_request(const char *fn, const struct mrmgr_cache *c,
+			      const void *addr, size_t length,
+			      unsigned int access, uint64_t *start,
+			      uint64_t *last)
+{
+	int ret = mrmgr__cache_check_range(fn, addr, length,
+			      ((uint64_t)1 << c->page_shift) - 1, start, last);
+
+	return ret ? ret : mrmgr__core_check_access(fn, access);
+}
+
+/* The body of mrmgr_get() and mrmgr_get_ex(). */
+static int get(struct mrmgr_cache *c, void *addr, size_t length,
+	       unsigned int access, struct mrmgr_region **region)
+{
+	uint64_t start, last;
+	unsigned int slot;
+	struct mrmgr_region *r;
+	int ret;
+
+	if (!c || !region) {
+		mrmgr__err("mrmgr_get: NULL %s", !c ? "cache" : "region pointer");
+		return EINVAL;
+	}
+	ret = mrmgr__cache_check_range("mrmgr_get", addr, length,
+			  ((uint64_t)1 << c->page_shift) - 1, &start, &last);
+	if (!ret)
+		ret = mrmgr__core_check_access("mrmgr_get", access);
+	if (ret)
+		return ret;
+
+	slot = mrmgr__thread_slot() & (c->nstripes - 1);
+	if (mrmgr__unlikely(c->flags & MRMGR__CACHE_EXT_GET))
+		return mrmgr__ext_get(c, start, last, access, slot, region);
+	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
+	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
+		r = mrmgr__core_try_hit(c, start, last, access, slot);
+		if (r) {
+			*region = r;
+			return 0;
+		}
+	}
+
+	pthread_mutex_lock(&c->lock);
+	ret = mrmgr__core_get_locked(c, start, last, access, slot,
+				      MRMGR__GET_MAY_UNLOCK, &r);
+	pthread_mutex_unlock(&c->lock);
+	if (!ret)
+		*region = r;
+	return ret;
+}
+
+int mrmgr__core_get_locked(struct mrmgr_cache *c, uint64_t start,
+			   uint64_t last, unsigned int access,
+			   unsigned int slot, unsigned int gflags,
+			   struct mrmgr_region **out)
+{
+	struct mrmgr_region *r;
+	int ret;
+
+	for (int again = 0;; again++) {
+		/* Reported memory events first: nothing they name may be
+		 * found. */
+		if (!mrmgr__mon_quiet(&c->mon_seen))
+			mrmgr__cache_apply_events(c);
+		r = (c->flags & MRMGR_CACHE_DISABLE)
+			    ? NULL
+			    : lookup_locked(c, start, last, access);
+		if (r) {
+			/* Another thread registered it meanwhile. */
+			mark_used(r, slot, mrmgr__ref_take(r, slot));
+			c->st.hits++;
+			if (again) /* it waited for another's registration */
+				c->st.misses--;
+			*out = r;
+			return 0;
+		}
+		if (!again)
+			c->st.misses++;
+		ret = mrmgr__cache_miss(c, start, last, access, slot, gflags, out);
+		if (ret != MRMGR__MISS_AGAIN)
+			return ret;
+	}
+}
+
+/*
+ * The hit path of mrmgr_get(), inline and in one try: the index, then a
+ * reference on the thread's own word. NULL: get() does it all properly
+ * (arguments and their errors, retries, the tree, the slow path). No
+ * lock, no call, no write but to the thread's reference word and hit
+ * counter. Whatever get() checks before it may hit must be checked here
+ * too. Kept small on purpose: every instruction here is paid by every
+ * hit (bench/callgrind.sh counts them).
+ */
+static inline __attribute__((always_inline)) struct mrmgr_region *
+fast_hit(struct mrmgr_cache *c, uintptr_t a, size_t length,
+	 unsigned int access, struct mrmgr_region **undo)
+{
+	uint64_t seq = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
+	const struct mrmgr__lk_table *t =
+		__atomic_load_n(&c->lk, __ATOMIC_ACQUIRE);
+	uint64_t end = (uint64_t)a + (length - 1);
+	struct mrmgr_region *r;
+	uintptr_t words;
+	int dead = 0;
+
+	/*
+	 * Plausible arguments: a length that neither is zero nor wraps
+	 * (end < a catches both; a NULL address needs no test of its own:
+	 * page 0 is never mapped, so no region covers it and the lookup
+	 * misses, leaving get() to refuse it), known access bits (of which
+	 * REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE: access values
+	 * 2, 6, 8, 10, 12 and 14 of the low four bits are bad); an index
+	 * (a cache with MRMGR_CACHE_DISABLE never has one: nothing is
+	 * cached); no tree change under way; no feature to call after a
+	 * hit or to answer the get (ext.h: MRMGR__CACHE_AFTER_GET,
+	 * MRMGR__CACHE_EXT_GET); no
+	 * memory event pending (get_locked() applies them first).
+	 */
+	_Static_assert(MRMGR__CACHE_AFTER_GET == UINT64_C(1) << 63 &&
+			       MRMGR__CACHE_EXT_GET == UINT64_C(1) << 62,
+		       "the top two bits of flags");
+	if (mrmgr__unlikely(end < a) ||
+	    mrmgr__unlikely(access & ~(unsigned int)KNOWN_ACCESS) ||
+	    mrmgr__unlikely((0x55445544u >> (access & 31)) & 1) ||
+	    mrmgr__unlikely(!t) || mrmgr__unlikely(seq & 1) ||
+	    mrmgr__unlikely(c->flags >> 62) ||
+	    mrmgr__unlikely(!mrmgr__mon_quiet(&c->mon_seen)))
+		return NULL;
+	r = mrmgr__lookup_fast(t, a, a >> c->page_shift, end >> c->page_shift,
+			       (access | access >> 15) & MRMGR__LK_TAG_ACCESS);
+	if (mrmgr__unlikely(!r))
+		return NULL;
+	words = mrmgr__tls_words;
+	if (mrmgr__unlikely(!words))
+		return NULL; /* the thread's first get: the slow path */
+	/* The one hit protocol (hit.h), on the thread's word. No call on
+	 * failure (it would cost the hit a stack frame): the caller finishes
+	 * the put. */
+	if (mrmgr__likely(mrmgr__hit_ref(c, r, words, seq, &dead)))
+		return r;
+	if (dead)
+		*undo = r;
+	return NULL;
+}
+
+/* mrmgr_get() when the inline hit path did not answer. */
+static __attribute__((noinline)) int get_slow(struct mrmgr_cache *c,
+					      void *addr, size_t length,
+					      unsigned int access,
+					      mrmgr_region_t **region,
+					      struct mrmgr_region *undo)
+{
+	int ret;
+
+	if (undo)
+		mrmgr__cache_put_slow(c, undo);
+	ret = get(c, addr, length, access, region);
+	if (mrmgr__unlikely(!ret && (c->flags & MRMGR__CACHE_AFTER_GET)))
+		mrmgr__ext_after_get(c, *region, addr, length, access, 0);
+	return ret;
+}
+
+MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *c, void *addr, size_t length,
+			   unsigned int access, mrmgr_region_t **region)
+{
+	struct mrmgr_region *undo = NULL;
+
+	if (mrmgr__likely(c != NULL && region != NULL)) {
+		struct mrmgr_region *r = fast_hit(c, (uintptr_t)addr, length,
+						  access, &undo);
+
+		if (mrmgr__likely(r != NULL)) {
+			*region = r;
+			return 0;
+		}
+	}
+	return get_slow(c, addr, length, access, region, undo);
+}
+
+MRMGR_EXPORT int mrmgr_get_ex(mrmgr_cache_t *c, void *addr, size_t length,
+			      unsigned int access, uint64_t flags,
+			      mrmgr_region_t **region)
+{
+	const uint64_t known = MRMGR_GET_PREFETCH | MRMGR_GET_NO_PREFETCH;
+	int ret;
+
+	if ((flags & ~known) || (flags & known) == known) {
+		mrmgr__err("mrmgr_get_ex: bad flags %#llx",
+			   (unsigned long long)flags);
+		return EINVAL;
+	}
+	ret = get(c, addr, length, access, region);
+	if (!ret)
+		mrmgr__ext_after_get(c, *region, addr, length, access, flags);
+	return ret;
+}

@@ -1,0 +1,30 @@
+/*
+ * The library's features, assembled: the public creation entry point
+ * hands the core (which names no feature) the list of hook tables
+ * (core/ext.h). The order is the order the hooks run in: growth plans a
+ * miss before ODP checks what it will register.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include "cache.h"
+#include "ext.h"
+#include "grow.h"
+#include "odp.h"
+#include "share.h"
+
+static const struct mrmgr__ext *const features[] = {
+	&mrmgr__ext_grow,
+	&mrmgr__ext_odp,
+	&mrmgr__ext_share,
+	&mrmgr__ext_buf,
+	NULL,
+};
+
+MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
+				    const struct mrmgr_cache_attr *attr,
+				    mrmgr_cache_t **cache)
+{
+	return mrmgr__cache_create(pd, attr, features, cache);
+}
