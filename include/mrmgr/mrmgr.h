@@ -1426,17 +1426,41 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *region, int fd,
  */
 MRMGR_EXPORT int mrmgr_alias_destroy(mrmgr_alias_t *alias);
 /**
+ * What an alias is now, as a member of its region's share set: kind
+ * ::MRMGR_SHARE_ALIAS, its own address (@c addr) and @c length, its MR,
+ * PD, keys and access (@c mr NULL and keys 0 after a forced cache
+ * destruction), and ::MRMGR_SHARE_REVOKED once the region was
+ * invalidated or the alias forced. The accessors below read it.
+ * @param alias  the alias.
+ * @param info   receives at most @p size bytes.
+ * @param size   @c sizeof(struct mrmgr_share_info) as the caller knows it.
+ * @return 0, or @c EINVAL (NULL, @p size 0).
+ */
+MRMGR_EXPORT int mrmgr_alias_query(const mrmgr_alias_t *alias,
+				   struct mrmgr_share_info *info, size_t size);
+/**
  * The alias's address (its own mapping of the pages).
  * @param alias  the alias.
- * @return the alias's start address.
+ * @return the alias's start address, or NULL for NULL.
  */
-MRMGR_EXPORT void *mrmgr_alias_addr(const mrmgr_alias_t *alias);
+static inline void *mrmgr_alias_addr(const mrmgr_alias_t *alias)
+{
+	struct mrmgr_share_info i;
+
+	return alias && !mrmgr_alias_query(alias, &i, sizeof(i))
+		       ? (void *)(uintptr_t)i.addr : NULL;
+}
 /**
  * The alias's MR (NULL after a forced cache destruction).
  * @param alias  the alias.
  * @return the MR, or NULL.
  */
-MRMGR_EXPORT struct ibv_mr *mrmgr_alias_mr(const mrmgr_alias_t *alias);
+static inline struct ibv_mr *mrmgr_alias_mr(const mrmgr_alias_t *alias)
+{
+	struct mrmgr_share_info i;
+
+	return alias && !mrmgr_alias_query(alias, &i, sizeof(i)) ? i.mr : NULL;
+}
 /**
  * The alias's local key (0 without an MR).
  * @param alias  the alias.
@@ -1462,9 +1486,15 @@ static inline uint32_t mrmgr_alias_rkey(const mrmgr_alias_t *alias)
 /**
  * Whether the region was invalidated (or the alias forced).
  * @param alias  the alias.
- * @return 1 or 0.
+ * @return 1 or 0 (0 for NULL).
  */
-MRMGR_EXPORT int mrmgr_alias_revoked(const mrmgr_alias_t *alias);
+static inline int mrmgr_alias_revoked(const mrmgr_alias_t *alias)
+{
+	struct mrmgr_share_info i;
+
+	return alias && !mrmgr_alias_query(alias, &i, sizeof(i)) &&
+	       (i.flags & MRMGR_SHARE_REVOKED);
+}
 
 /** An export of a region's MR to other processes. Opaque. */
 typedef struct mrmgr_export mrmgr_export_t;
