@@ -478,26 +478,32 @@ MRMGR_EXPORT int mrmgr_export_release(mrmgr_export_t *e)
 MRMGR_EXPORT int mrmgr_export_importers(mrmgr_export_t *e, int delta)
 {
 	struct mrmgr_cache *c;
+	int ret = 0;
 
-	if (!e || (delta != 1 && delta != -1) ||
-	    (delta < 0 && !__atomic_load_n(&e->importers, __ATOMIC_RELAXED))) {
+	if (!e || (delta != 1 && delta != -1)) {
 		mrmgr__err("mrmgr_export_importers: %s", !e ? "NULL export"
-			   : delta != 1 && delta != -1 ? "delta is not +1 or -1"
-			   : "no importer attached");
+			   : "delta is not +1 or -1");
 		return EINVAL;
 	}
 	c = e->cache;
-	if (!c) {
+	if (c)
+		pthread_mutex_lock(&c->lock);
+	if (delta < 0 && !e->importers) {
+		ret = EINVAL;
+	} else {
 		e->importers += (uint32_t)delta;
-		return 0;
+		if (c) {
+			c->st.share_importers += (uint64_t)(int64_t)delta;
+			if (delta > 0)
+				c->st.imports += (uint64_t)delta;
+		}
 	}
-	pthread_mutex_lock(&c->lock);
-	e->importers += (uint32_t)delta;
-	c->st.share_importers += (uint64_t)(int64_t)delta;
-	if (delta > 0)
-		c->st.imports += (uint64_t)delta;
-	pthread_mutex_unlock(&c->lock);
-	return 0;
+	if (c)
+		pthread_mutex_unlock(&c->lock);
+	if (ret)
+		mrmgr__err("mrmgr_export_importers: export %llu has no importer "
+			   "attached", (unsigned long long)e->desc.export_id);
+	return ret;
 }
 
 /* ------------------------------------------------------------ query */
