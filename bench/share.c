@@ -29,6 +29,7 @@
 
 #include <mrmgr/mrmgr.h>
 #include <mrmgr/sim.h>
+#include <mrmgr/share.h>
 
 #define PG ((size_t)4096)
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \

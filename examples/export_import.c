@@ -36,6 +36,7 @@
 
 #include <mrmgr/mrmgr.h>
 #include <mrmgr/sim.h>
+#include <mrmgr/share.h>
 
 #define LEN (64u << 10)
 #define TMO 10000

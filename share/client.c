@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "share.h"
 #include "share_proto.h"
 
 struct cimport {

@@ -5,7 +5,7 @@
  * (ibv_import_pd(), shared by the importer's imports of that PD).
  *
  * Which verbs: the descriptor is offered to the device providers
- * (lib/device): each claims its own kind (verbs: a uverbs character
+ * (libmrmgr's device seam, mrmgr_device_claim_fd()): each claims its own kind (verbs: a uverbs character
  * device; a provider such as libmrmgr-sim: its own descriptors, checked)
  * and the claimant's import hooks serve the importer. A descriptor
  * nobody claims is refused with EOPNOTSUPP, never guessed at.
@@ -32,9 +32,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "device.h"
+#include <mrmgr/device.h>
+
 #include "log.h"
-#include "share.h"
+#include "share_proto.h"
 
 struct ipd {
 	uint32_t handle;
@@ -76,7 +77,7 @@ MRMGR_EXPORT int mrmgr_importer_open(int cmd_fd, mrmgr_importer_t **out)
 		mrmgr__err("mrmgr_importer_open: fd %d: %s", cmd_fd, strerror(ret));
 		return ret == EBADF ? EINVAL : ret;
 	}
-	ops = mrmgr__dev_claim_fd(cmd_fd);
+	ops = mrmgr_device_claim_fd(cmd_fd);
 	if (!ops) {
 		mrmgr__err("mrmgr_importer_open: fd %d is no device provider's "
 			   "command descriptor", cmd_fd);
@@ -86,7 +87,7 @@ MRMGR_EXPORT int mrmgr_importer_open(int cmd_fd, mrmgr_importer_t **out)
 	if (!imp)
 		return ENOMEM;
 	imp->ops = ops;
-	ret = mrmgr__dev_errno(ops->import_device(cmd_fd, &imp->ctx));
+	ret = mrmgr__share_errno(ops->import_device(cmd_fd, &imp->ctx));
 	if (ret) {
 		free(imp);
 		if (ret == EOPNOTSUPP)
@@ -126,7 +127,7 @@ MRMGR_EXPORT int mrmgr_importer_close(mrmgr_importer_t *imp)
 		return EBUSY;
 	}
 	pthread_mutex_unlock(&imp->lock);
-	ret = mrmgr__dev_errno(imp->ops->close_device(imp->ctx));
+	ret = mrmgr__share_errno(imp->ops->close_device(imp->ctx));
 	if (ret)
 		mrmgr__err("mrmgr_importer_close: closing the device: %s",
 			   strerror(ret));
@@ -161,7 +162,7 @@ static int get_pd(struct mrmgr_importer *imp, uint32_t handle,
 		if (pass)
 			break;
 		pthread_mutex_unlock(&imp->lock);
-		ret = mrmgr__dev_errno(imp->ops->import_pd(imp->ctx, handle, &p));
+		ret = mrmgr__share_errno(imp->ops->import_pd(imp->ctx, handle, &p));
 		pthread_mutex_lock(&imp->lock);
 		if (ret)
 			return ret;
@@ -234,7 +235,7 @@ MRMGR_EXPORT int mrmgr_import(mrmgr_importer_t *importer,
 	pthread_mutex_unlock(&importer->lock);
 	/* No lock while the backend imports: it may wait on the owner. */
 	if (!ret) {
-		ret = mrmgr__dev_errno(importer->ops->import_mr(pd, desc->mr_handle,
+		ret = mrmgr__share_errno(importer->ops->import_mr(pd, desc->mr_handle,
 								   &mr));
 		if (!ret && (mr->lkey != desc->lkey || mr->rkey != desc->rkey ||
 			     (mr->length && mr->length != desc->length))) {

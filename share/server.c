@@ -40,9 +40,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cache.h"
 #include "log.h"
-#include "share.h"
 #include "share_proto.h"
 
 struct peer {
@@ -114,7 +112,7 @@ static void drop_offer(struct mrmgr_share_server *s, struct offer *o)
 		pp = &(*pp)->next;
 	*pp = o->next;
 	if (o->attached)
-		mrmgr__export_importers(o->exp, -1);
+		(void)mrmgr_export_importers(o->exp, -1);
 	mrmgr_export_release(o->exp);
 	free(o);
 }
@@ -146,7 +144,7 @@ MRMGR_EXPORT int mrmgr_share_server_create(mrmgr_cache_t *cache,
 					   mrmgr_share_server_t **out)
 {
 	struct mrmgr_share_server *s;
-	struct ibv_pd *which;
+	struct ibv_context *ctx;
 	int ret;
 
 	if (!cache || !out ||
@@ -155,32 +153,20 @@ MRMGR_EXPORT int mrmgr_share_server_create(mrmgr_cache_t *cache,
 			   !cache || !out ? "NULL argument" : "unknown comp_mask");
 		return EINVAL;
 	}
-	if (pd && mrmgr__multi_pd_index(cache, pd) < 0) {
-		mrmgr__err("mrmgr_share_server_create: the cache does not serve "
-			   "PD %p", (void *)pd);
-		return EINVAL;
-	}
-	which = pd ? pd : cache->pd;
-	ret = mrmgr__share_probe(which);
+	/* The cache serves pd, its device can export, and it has a command
+	 * descriptor to pass (libmrmgr says why not). */
+	ret = mrmgr_cache_export_context(cache, pd, &ctx);
 	if (ret) {
-		mrmgr__err("mrmgr_share_server_create: %s cannot share MRs with "
-			   "other processes (ibv_import_*: %s)",
-			   which->context->device->name, strerror(ret));
+		mrmgr__err("mrmgr_share_server_create: %s", strerror(ret));
 		return ret;
-	}
-	if (which->context->cmd_fd < 0) {
-		mrmgr__err("mrmgr_share_server_create: the device has no command "
-			   "descriptor");
-		return EINVAL;
 	}
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return ENOMEM;
 	s->cache = cache;
 	s->pd = pd;
-	s->cmd_fd = which->context->cmd_fd;
-	memcpy(s->device, which->context->device->name,
-	       sizeof(s->device) - 1);
+	s->cmd_fd = ctx->cmd_fd;
+	memcpy(s->device, ctx->device->name, sizeof(s->device) - 1);
 	if (attr && (attr->comp_mask & MRMGR_SHARE_SERVER_ATTR_EVENTS)) {
 		s->event_fn = attr->event_fn;
 		s->event_arg = attr->event_arg;
@@ -240,15 +226,12 @@ MRMGR_EXPORT int mrmgr_share_server_offer(mrmgr_share_server_t *s, uint64_t peer
 	struct mrmgr_export_desc d;
 	struct offer *o;
 	struct peer *p;
+	int cmd_fd = -1;
 	int ret;
 
 	if (!s || !region) {
 		mrmgr__err("mrmgr_share_server_offer: NULL %s",
 			   !s ? "server" : "region");
-		return EINVAL;
-	}
-	if (region->cache != s->cache) {
-		mrmgr__err("mrmgr_share_server_offer: the region is of another cache");
 		return EINVAL;
 	}
 	p = find_peer(s, peer);
@@ -265,7 +248,16 @@ MRMGR_EXPORT int mrmgr_share_server_offer(mrmgr_share_server_t *s, uint64_t peer
 		free(o);
 		return ret;
 	}
-	mrmgr_export_describe(o->exp, &d, sizeof(d), NULL);
+	mrmgr_export_describe(o->exp, &d, sizeof(d), &cmd_fd);
+	/* Peers imported the server's device: an MR of another one (a
+	 * region of another cache) would name handles they cannot reach. */
+	if (cmd_fd != s->cmd_fd) {
+		mrmgr_export_release(o->exp);
+		free(o);
+		mrmgr__err("mrmgr_share_server_offer: the region is not on the "
+			   "server's device (%s)", s->device);
+		return EINVAL;
+	}
 	o->peer = p;
 	o->export_id = d.export_id;
 	o->tag = tag;
@@ -326,7 +318,7 @@ static int handle(struct mrmgr_share_server *s, struct peer *p,
 		if (!o || o->attached)
 			return EPROTO;
 		o->attached = 1;
-		mrmgr__export_importers(o->exp, 1);
+		(void)mrmgr_export_importers(o->exp, 1);
 		emit(s, MRMGR_SHARE_EV_ATTACH, 0, p->id, o);
 		/* Revoked while the offer was on its way: tell it now. */
 		if (mrmgr_export_revoked(o->exp))

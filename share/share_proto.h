@@ -21,9 +21,10 @@
 #ifndef MRMGR__SHARE_PROTO_H
 #define MRMGR__SHARE_PROTO_H
 
+#include <errno.h>
 #include <stdint.h>
 
-#include <mrmgr/mrmgr.h>
+#include <mrmgr/share.h>
 
 #define MRMGR__SHARE_MAGIC 0x4d525348u /* "MRSH" */
 #define MRMGR__SHARE_PROTO 1
@@ -71,5 +72,18 @@ int mrmgr__share_send(int sock, uint16_t type, uint64_t export_id,
  * this returns, except the one given to the caller in *fd.
  */
 int mrmgr__share_recv(int sock, struct mrmgr__share_msg *m, int *fd);
+
+/* import.c, for client.c: the owner revoked the import. */
+void mrmgr__import_set_revoked(mrmgr_import_t *imp);
+
+/* A provider hook's result as the rest of libmrmgr reads it: a negative
+ * value made positive, every "cannot" (ENOTSUP, ENOSYS) spelt
+ * EOPNOTSUPP. */
+static inline int mrmgr__share_errno(int err)
+{
+	if (err < 0)
+		err = -err;
+	return err == ENOTSUP || err == ENOSYS ? EOPNOTSUPP : err;
+}
 
 #endif /* MRMGR__SHARE_PROTO_H */

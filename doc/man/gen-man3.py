@@ -23,8 +23,8 @@ import time
 import xml.etree.ElementTree as ET
 
 # What a header's functions link with. The simulator has a library and a
-# pkg-config name of its own once the tree has mrmgr-sim.pc.in.
-PKG_OF_HEADER = {'mrmgr.h': 'mrmgr', 'sim.h': 'mrmgr-sim'}
+# pkg-config name of its own, and so has the sharing helper (share.h).
+PKG_OF_HEADER = {'mrmgr.h': 'mrmgr', 'sim.h': 'mrmgr-sim', 'share.h': 'mrmgr-share'}
 
 
 def esc(text, code=True):

@@ -161,6 +161,18 @@ MRMGR_EXPORT int mrmgr_device_register(const struct mrmgr_device_ops *ops);
 MRMGR_EXPORT int mrmgr_device_unregister(const struct mrmgr_device_ops *ops);
 
 /**
+ * The provider whose device @p cmd_fd is the command descriptor of: the
+ * registered providers' mrmgr_device_ops::claim_fd are asked, newest
+ * first, then libibverbs' own (a uverbs character device). For importers
+ * (libmrmgr-share's mrmgr_importer_open()), which then call the
+ * provider's import hooks themselves.
+ * @param cmd_fd  a descriptor, typically received with @c SCM_RIGHTS.
+ * @return the provider's table (valid for the life of the process), or
+ *   NULL when no provider claims the descriptor (or it is negative).
+ */
+MRMGR_EXPORT const struct mrmgr_device_ops *mrmgr_device_claim_fd(int cmd_fd);
+
+/**
  * Log a line through libmrmgr's log (the handler of
  * mrmgr_set_log_handler(), the level of @c MRMGR_LOG_LEVEL), for
  * providers, so their lines go where the library's do. Nothing is

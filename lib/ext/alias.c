@@ -278,17 +278,34 @@ MRMGR_EXPORT int mrmgr_alias_destroy(mrmgr_alias_t *al)
 	return 0;
 }
 
-MRMGR_EXPORT void *mrmgr_alias_addr(const mrmgr_alias_t *al)
+/* One call for what the accessors (static inline in mrmgr.h) read: the
+ * same record mrmgr_region_query_shares() gives for the alias. */
+MRMGR_EXPORT int mrmgr_alias_query(const mrmgr_alias_t *al,
+				   struct mrmgr_share_info *info, size_t size)
 {
-	return al ? al->addr : NULL;
-}
+	struct mrmgr_share_info one;
+	struct ibv_mr *mr;
 
-MRMGR_EXPORT struct ibv_mr *mrmgr_alias_mr(const mrmgr_alias_t *al)
-{
-	return al ? al->mr : NULL;
-}
-
-MRMGR_EXPORT int mrmgr_alias_revoked(const mrmgr_alias_t *al)
-{
-	return al ? __atomic_load_n(&al->revoked, __ATOMIC_ACQUIRE) : 0;
+	if (!al || !info || !size) {
+		mrmgr__err("mrmgr_alias_query: %s", !al ? "NULL alias"
+			   : !info ? "NULL info" : "size 0");
+		return EINVAL;
+	}
+	memset(&one, 0, sizeof(one));
+	one.kind = MRMGR_SHARE_ALIAS;
+	if (__atomic_load_n(&al->revoked, __ATOMIC_ACQUIRE))
+		one.flags = MRMGR_SHARE_REVOKED;
+	mr = al->mr;
+	if (mr) {
+		one.pd = mr->pd;
+		one.mr = mr;
+		one.lkey = mr->lkey;
+		one.rkey = mr->rkey;
+	}
+	one.addr = (uint64_t)(uintptr_t)al->addr;
+	one.length = al->len;
+	one.access = al->access;
+	one.refs = 1;
+	memcpy(info, &one, size < sizeof(one) ? size : sizeof(one));
+	return 0;
 }

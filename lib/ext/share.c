@@ -300,6 +300,46 @@ int mrmgr__share_probe(struct ibv_pd *pd)
 
 /* ------------------------------------------------------------ exports */
 
+MRMGR_EXPORT int mrmgr_cache_export_context(mrmgr_cache_t *c, struct ibv_pd *pd,
+					    struct ibv_context **ctx)
+{
+	struct ibv_pd *which;
+	int ret;
+
+	if (!c || !ctx) {
+		mrmgr__err("mrmgr_cache_export_context: NULL %s",
+			   !c ? "cache" : "context pointer");
+		return EINVAL;
+	}
+	if (pd && mrmgr__multi_pd_index(c, pd) < 0) {
+		mrmgr__err("mrmgr_cache_export_context: the cache does not "
+			   "serve PD %p", (void *)pd);
+		return EINVAL;
+	}
+	which = pd ? pd : c->pd;
+	ret = mrmgr__share_probe(which);
+	if (ret) {
+		mrmgr__err("mrmgr_cache_export_context: %s cannot share MRs "
+			   "with other processes (ibv_import_*: %s)",
+			   which->context->device->name, strerror(ret));
+		return ret;
+	}
+	if (which->context->cmd_fd < 0) {
+		mrmgr__err("mrmgr_cache_export_context: the device has no "
+			   "command descriptor");
+		return EINVAL;
+	}
+	*ctx = which->context;
+	return 0;
+}
+
+/* The device seam's lookup, public for importers outside the library
+ * (libmrmgr-share): which provider's device a command descriptor is. */
+MRMGR_EXPORT const struct mrmgr_device_ops *mrmgr_device_claim_fd(int cmd_fd)
+{
+	return cmd_fd < 0 ? NULL : mrmgr__dev_claim_fd(cmd_fd);
+}
+
 MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 				     mrmgr_export_t **exp)
 {
@@ -432,21 +472,38 @@ MRMGR_EXPORT int mrmgr_export_release(mrmgr_export_t *e)
 	return 0;
 }
 
-/* For the share server: importers attached to an export (+1 / -1). */
-void mrmgr__export_importers(struct mrmgr_export *e, int delta)
+/* Told by the share helper (libmrmgr-share), which alone sees importers
+ * attach and detach; counted here for the stats, query_shares and
+ * destroy's report. */
+MRMGR_EXPORT int mrmgr_export_importers(mrmgr_export_t *e, int delta)
 {
-	struct mrmgr_cache *c = e->cache;
+	struct mrmgr_cache *c;
+	int ret = 0;
 
-	if (!c) {
-		e->importers += (uint32_t)delta;
-		return;
+	if (!e || (delta != 1 && delta != -1)) {
+		mrmgr__err("mrmgr_export_importers: %s", !e ? "NULL export"
+			   : "delta is not +1 or -1");
+		return EINVAL;
 	}
-	mrmgr__core_lock(c);
-	e->importers += (uint32_t)delta;
-	c->st.share_importers += (uint64_t)(int64_t)delta;
-	if (delta > 0)
-		c->st.imports += (uint64_t)delta;
-	mrmgr__core_unlock(c);
+	c = e->cache;
+	if (c)
+		mrmgr__core_lock(c);
+	if (delta < 0 && !e->importers) {
+		ret = EINVAL;
+	} else {
+		e->importers += (uint32_t)delta;
+		if (c) {
+			c->st.share_importers += (uint64_t)(int64_t)delta;
+			if (delta > 0)
+				c->st.imports += (uint64_t)delta;
+		}
+	}
+	if (c)
+		mrmgr__core_unlock(c);
+	if (ret)
+		mrmgr__err("mrmgr_export_importers: export %llu has no importer "
+			   "attached", (unsigned long long)e->desc.export_id);
+	return ret;
 }
 
 /* ------------------------------------------------------------ query */

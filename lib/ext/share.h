@@ -6,9 +6,10 @@
  *     through ibv_import_mr(); each export pins the region;
  *   - aliases (alias.c): the region's pages, from a shared file, mapped
  *     again and registered again; each pins the region;
- *   - imports (import.c) on the other side are not in a cache: they are
- *     tracked by the importer and by the share helpers (share_server.c,
- *     share_client.c).
+ *   - imports on the other side are not in a cache: they are tracked by
+ *     the importer and the share helpers, in libmrmgr-share (share/),
+ *     which uses the public API only (mrmgr_export_importers() tells an
+ *     export its importers).
  *
  * How the cache uses it (its hooks, mrmgr__ext_share, ext.h): a multi-PD
  * cache calls mrmgr__share_region_new() on every region it makes; a
@@ -114,17 +115,9 @@ void mrmgr__share_pin(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__share_member_gone(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__share_update_set(struct mrmgr_cache *c, struct mrmgr_region *r);
 
-/* share.c, for share_server.c: importers attached to an export change by
- * delta (share_importers, imports). */
-void mrmgr__export_importers(struct mrmgr_export *e, int delta);
-
 /* Whether the device of pd can import (0) or not (EOPNOTSUPP), asked once
  * per device; another errno when the question could not be asked. */
 int mrmgr__share_probe(struct ibv_pd *pd);
-
-/* import.c, for share_client.c: the owner revoked the import. */
-struct mrmgr_import;
-void mrmgr__import_set_revoked(struct mrmgr_import *imp);
 
 /* multipd.c */
 /* A multi-PD get (pd NULL: the cache's first PD); the body of mrmgr_get()

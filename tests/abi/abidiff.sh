@@ -1,5 +1,6 @@
 #!/bin/sh
-# Compare the built libraries' ABI (libmrmgr.so, libmrmgr-sim.so) with the
+# Compare the built libraries' ABI (libmrmgr.so, libmrmgr-sim.so,
+# libmrmgr-share.so) with the
 # checked-in baselines (tests/abi/<lib>.abi, made by abidw). Incompatible
 # changes fail; compatible additions are reported. After a release that
 # adds symbols on purpose, refresh the baselines with:
@@ -12,7 +13,7 @@ if ! command -v abidw >/dev/null; then
 	exit 1
 fi
 status=0
-for name in libmrmgr libmrmgr-sim; do
+for name in libmrmgr libmrmgr-sim libmrmgr-share; do
 	lib=$(find "${top_builddir:-$top/build}/lib/.libs" -name "$name.so.*" |
 		grep -E "/$name\.so\.[0-9]+\.[0-9]+\.[0-9]+\$" | head -n1)
 	[ -n "$lib" ] || { echo "abidiff: $name.so not built" >&2; exit 1; }

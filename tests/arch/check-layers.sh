@@ -3,11 +3,15 @@
 # built objects:
 #   util <- os <- device <- core <- ext;  os <- monitor <- core
 #   sim -> the public device seam only;   libmrmgr.so knows no simulator
+#   share (libmrmgr-share.so) -> libmrmgr's public API; libmrmgr.so
+#   neither holds nor names the importer and the share helper
 # Fails when a file of lib/core includes a header of lib/ext or calls an
 # ext function, lib/monitor includes or calls the core or ext, the lower
 # layers (device, os, util) reach up, production code names the simulator,
 # libmrmgr.so exports or references an mrmgr_sim_ symbol, or
-# libmrmgr-sim.so uses anything of libmrmgr but the public device seam.
+# libmrmgr-sim.so uses anything of libmrmgr but the public device seam,
+# or libmrmgr.so exports or references an mrmgr_share_ / mrmgr_import
+# symbol or a file of lib/ includes the share library's headers.
 set -eu
 top_srcdir=${top_srcdir:-.}
 top_builddir=${top_builddir:-.}
@@ -91,6 +95,15 @@ so=$(built_so libmrmgr)
 { nm -D "$so"; nm "$so" 2>/dev/null || true; } | awk '{ print $NF }' |
 	grep -E '^mrmgr_sim_|^mrmgr__sim' | sort -u |
 	sed 's|^|libmrmgr.so-has-sim libmrmgr.so |' >>"$tmp/found" || true
+
+# libmrmgr.so: the importer and the share helper are libmrmgr-share's,
+# none of their symbols (exported, imported or local) is in it, and no
+# file of lib/ includes their headers.
+{ nm -D "$so"; nm "$so" 2>/dev/null || true; } | awk '{ print $NF }' |
+	grep -E '^mrmgr_share_|^mrmgr_import' | sort -u |
+	sed 's|^|libmrmgr.so-has-share libmrmgr.so |' >>"$tmp/found" || true
+grep -rnE '#[ \t]*include[ \t]*[<"](mrmgr/share\.h|share_proto\.h)' "$src/lib" \
+	2>/dev/null | sed "s|^$src/||; s|^|lib-includes-share |" >>"$tmp/found" || true
 
 # libmrmgr-sim.so takes nothing from libmrmgr but the public device seam.
 sim=$(built_so libmrmgr-sim)

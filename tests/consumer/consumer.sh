@@ -8,11 +8,12 @@
 #    RDMA device; where there is none it is built again with sim_shim.h
 #    included after its #include lines (its device-opening calls go to
 #    the simulated HCA) and run;
-#  - consumer.c, which checks hits and misses on the simulated HCA.
+#  - consumer.c, which checks hits and misses on the simulated HCA;
+#  - a small importer built with `pkg-config mrmgr-share` alone.
 # With MRMGR_CONSUMER_PREFIX set, use that real installation instead of
 # staging one. SIM_PKG names the pkg-config module of the simulated HCA
 # (libmrmgr-sim: mrmgr-sim). The installed production library must not
-# carry the simulator.
+# carry the simulator, nor the importer and the share helper.
 set -eu
 srcdir=$(cd "$(dirname "$0")" && pwd)
 top_srcdir=$(cd "$srcdir/../.." && pwd)
@@ -90,4 +91,45 @@ esac
 if nm -D "$libdir"/libmrmgr.so | grep -q 'mrmgr_sim_'; then
 	echo "FAIL: the installed libmrmgr.so carries mrmgr_sim_ symbols" >&2
 	exit 1
+fi
+
+# The importer and the share helper: their own module (requires mrmgr),
+# never on mrmgr's link line nor in the installed libmrmgr.so.
+if pkg-config --exists mrmgr-share; then
+	cat >"$work/share.c" <<'PROG'
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <mrmgr/share.h>
+static void quiet(enum mrmgr_log_level l, const char *m, void *a)
+{
+	(void)l; (void)m; (void)a;
+}
+int main(void)
+{
+	mrmgr_importer_t *imp;
+	int fd = open("/dev/null", O_RDONLY);
+
+	mrmgr_set_log_handler(quiet, NULL, MRMGR_LOG_ERROR);
+	/* No provider claims /dev/null: refused, never guessed at. */
+	if (mrmgr_importer_open(-1, &imp) != EINVAL ||
+	    mrmgr_importer_open(fd, &imp) != EOPNOTSUPP)
+		return 1;
+	printf("libmrmgr-share %s: the importer refuses what no provider claims\n",
+	       mrmgr_version_string());
+	return 0;
+}
+PROG
+	shareflags=$(pkg-config --cflags --libs mrmgr-share)
+	echo "pkg-config --cflags --libs mrmgr-share: $shareflags"
+	# shellcheck disable=SC2086
+	$CC -std=c11 -Wall -Wextra -Werror -o "$work/share" "$work/share.c" $shareflags
+	run "$work/share"
+	case " $(pkg-config --libs mrmgr) " in
+	*-lmrmgr-share*) echo "FAIL: mrmgr.pc names libmrmgr-share" >&2; exit 1 ;;
+	esac
+	if nm -D "$libdir"/libmrmgr.so | grep -qE ' (mrmgr_share_|mrmgr_import)'; then
+		echo "FAIL: the installed libmrmgr.so carries the importer or the share helper" >&2
+		exit 1
+	fi
 fi

@@ -55,6 +55,7 @@
 
 #include <mrmgr/mrmgr.h>
 #include <mrmgr/sim.h>
+#include <mrmgr/share.h>
 
 #include "share_proto.h"
 #include "sim/sim_share.h"

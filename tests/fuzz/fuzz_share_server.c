@@ -43,6 +43,7 @@
 
 #include <mrmgr/mrmgr.h>
 #include <mrmgr/sim.h>
+#include <mrmgr/share.h>
 
 #include "share_proto.h"
 

@@ -19,6 +19,8 @@
 
 #include "cache_helpers.h"
 
+#include <mrmgr/share.h>
+
 #define LEN (64 * RDMA_KiB)
 
 /* Two fixtures (contexts, PDs, QP pairs); the second on device `second`

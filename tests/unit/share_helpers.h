@@ -17,6 +17,8 @@
 
 #include "helpers.h"
 
+#include <mrmgr/share.h>
+
 #define MAXPD 4
 
 struct mfx {

@@ -20,6 +20,8 @@
 
 #include "helpers.h"
 
+#include <mrmgr/share.h>
+
 #define PG ((size_t)4096)
 #define MEM_PAGES 128
 #define MAX_N 400

@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <fcntl.h>
 
+#include <mrmgr/device.h>
+
 #include "share_helpers.h"
 
 static struct mrmgr_cache_attr big = {
@@ -482,6 +484,71 @@ Test(share, query_is_size_versioned)
 	cr_assert_eq(mrmgr_export_release(e1), 0);
 	cr_assert_eq(mrmgr_export_release(e2), 0);
 	mrmgr_put(r);
+	fx_close(&f);
+	munmap(buf, 16 * KiB);
+}
+
+/*
+ * What libmrmgr-share needs from libmrmgr, public: the cache's exporting
+ * device before any export, an export's importer count, and the provider
+ * of a command descriptor.
+ */
+Test(share, the_public_calls_the_share_library_stands_on)
+{
+	struct fixture f, g;
+	struct mrmgr_sim_attr rxe = {
+		.comp_mask = MRMGR_SIM_ATTR_PERSONALITY, .personality = MRMGR_SIM_RXE,
+	};
+	struct mrmgr_share_info info[2];
+	struct ibv_context *ctx = NULL;
+	mrmgr_region_t *r;
+	mrmgr_export_t *e;
+	char *buf = map_rw(16 * KiB, 0);
+
+	capture_start();
+	fx_open(&f, NULL, &big);
+	cr_assert_eq(mrmgr_cache_export_context(f.cache, NULL, &ctx), 0);
+	cr_assert_eq(ctx, f.ctx);
+	cr_assert_eq(mrmgr_cache_export_context(f.cache, f.pd, &ctx), 0);
+	cr_assert_eq(mrmgr_cache_export_context(NULL, NULL, &ctx), EINVAL);
+	cr_assert_eq(mrmgr_cache_export_context(f.cache, NULL, NULL), EINVAL);
+
+	/* The seam names the provider of a command descriptor, and no
+	 * provider for what is none. */
+	const struct mrmgr_device_ops *ops = mrmgr_device_claim_fd(f.ctx->cmd_fd);
+	cr_assert_not_null(ops);
+	cr_assert_str_eq(ops->name, "sim");
+	cr_assert_null(mrmgr_device_claim_fd(-1));
+	int nul = open("/dev/null", O_RDONLY);
+	cr_assert_null(mrmgr_device_claim_fd(nul));
+	close(nul);
+
+	/* Importers counted by whoever passes descriptors. */
+	cr_assert_eq(mrmgr_get(f.cache, buf, 16 * KiB, RW, &r), 0);
+	cr_assert_eq(mrmgr_region_export(r, NULL, &e), 0);
+	cr_assert_eq(mrmgr_export_importers(e, -1), EINVAL, "none attached");
+	cr_assert_eq(mrmgr_export_importers(e, 2), EINVAL);
+	cr_assert_eq(mrmgr_export_importers(NULL, 1), EINVAL);
+	cr_assert_eq(mrmgr_export_importers(e, 1), 0);
+	cr_assert_eq(mrmgr_export_importers(e, 1), 0);
+	cr_assert_eq(cstats(f.cache).share_importers, 2);
+	cr_assert_eq(cstats(f.cache).imports, 2);
+	cr_assert_eq(shares(r, info, 2), 2);
+	cr_assert_eq(info[1].kind, MRMGR_SHARE_EXPORT);
+	cr_assert_eq(info[1].importers, 2);
+	cr_assert_eq(mrmgr_export_importers(e, -1), 0);
+	cr_assert_eq(cstats(f.cache).share_importers, 1);
+	cr_assert_eq(cstats(f.cache).imports, 2, "attaches, counted");
+	cr_assert_eq(mrmgr_export_importers(e, -1), 0);
+	cr_assert_eq(mrmgr_export_release(e), 0);
+	mrmgr_put(r);
+
+	/* A PD the cache does not serve; a device that cannot export. */
+	fx_open(&g, &rxe, &big);
+	cr_assert_eq(mrmgr_cache_export_context(f.cache, g.pd, &ctx), EINVAL);
+	cr_assert_eq(mrmgr_cache_export_context(g.cache, NULL, &ctx), EOPNOTSUPP);
+	capture_stop();
+	fx_close(&g);
 	fx_close(&f);
 	munmap(buf, 16 * KiB);
 }

@@ -127,6 +127,41 @@ Test(alias, invalidation_revokes_and_the_region_waits_for_the_alias)
 	shm_close(&sh);
 }
 
+/* mrmgr_alias_query() is the share set's own record of the alias. */
+Test(alias, query_is_the_share_sets_record)
+{
+	struct mrmgr_share_info q, set[4];
+	struct fixture f;
+	struct shm sh;
+	mrmgr_region_t *r;
+	mrmgr_alias_t *al;
+	size_t n;
+
+	shm_open_(&sh);
+	fx_open(&f, NULL, &big);
+	cr_assert_eq(mrmgr_get(f.cache, sh.base + OFF, LEN, RW, &r), 0);
+	cr_assert_eq(mrmgr_region_alias(r, sh.fd, OFF, NULL, RW, &al), 0);
+	cr_assert_eq(mrmgr_alias_query(al, &q, sizeof(q)), 0);
+	cr_assert_eq(mrmgr_region_query_shares(r, set, 4, sizeof(set[0]), &n), 0);
+	cr_assert_eq(n, 2, "the region's MR and the alias");
+	cr_assert_eq(set[1].kind, MRMGR_SHARE_ALIAS);
+	cr_assert_eq(memcmp(&q, &set[1], sizeof(q)), 0);
+	cr_assert_eq(q.flags, 0);
+	cr_assert_eq(q.length, LEN);
+	cr_assert_eq(q.rkey, mrmgr_alias_mr(al)->rkey);
+	cr_assert_neq(q.addr, (uint64_t)(uintptr_t)(sh.base + OFF), "its own mapping");
+	mrmgr_put(r);
+	cr_assert_eq(mrmgr_invalidate(f.cache, sh.base + OFF, LEN), 0);
+	cr_assert_eq(mrmgr_alias_query(al, &q, sizeof(q)), 0);
+	cr_assert_eq(q.flags, MRMGR_SHARE_REVOKED);
+	cr_assert_eq(mrmgr_alias_query(NULL, &q, sizeof(q)), EINVAL);
+	cr_assert_eq(mrmgr_alias_query(al, NULL, sizeof(q)), EINVAL);
+	cr_assert_eq(mrmgr_alias_query(al, &q, 0), EINVAL);
+	cr_assert_eq(mrmgr_alias_destroy(al), 0);
+	fx_close(&f);
+	shm_close(&sh);
+}
+
 Test(alias, growth_leaves_the_alias_with_the_old_region)
 {
 	struct fixture f;

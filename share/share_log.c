@@ -1,0 +1,26 @@
+/*
+ * libmrmgr-share's log lines: its files log with log.h's calls, as the
+ * library's do, and this sends them through the public
+ * mrmgr_device_vlog(), so they reach the application's log handler at
+ * libmrmgr's level. (Unit tests link the library's objects and these
+ * into one program and use log.c itself; this file is not in that
+ * build.)
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <stdarg.h>
+
+#include <mrmgr/device.h>
+
+#include "log.h"
+
+void mrmgr__log(enum mrmgr_log_level level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	mrmgr_device_vlog(level, fmt, ap);
+	va_end(ap);
+}
