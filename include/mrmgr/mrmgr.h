@@ -690,33 +690,93 @@ MRMGR_EXPORT uint32_t mrmgr_region_rkey(const mrmgr_region_t *region);
  * they cost no exported symbol and no more than the one call they make.
  */
 /**
+ * What a region is, as mrmgr_region_query() reports it. Fields are only
+ * ever appended; a caller built against an older header passes its
+ * smaller @c sizeof and gets the fields it knows.
+ */
+struct mrmgr_region_info {
+	/** Start of the registered range (page-aligned; may start before the
+	 *  request). */
+	void *addr;
+	/** Length of the registered range in bytes (may exceed the request). */
+	size_t length;
+	/** The @c ibv_access_flags the region was registered with, a superset
+	 *  of what was asked for. */
+	unsigned int access;
+	/** The local key, as mrmgr_region_lkey() reads it. */
+	uint32_t lkey;
+	/** The remote key, as mrmgr_region_rkey() reads it. */
+	uint32_t rkey;
+	/** The region's registration number: unique in its cache, and new
+	 *  whenever the registration changes (a region re-registered in place
+	 *  by growth, access upgrade or PD move keeps its handle but gets a new
+	 *  generation, and possibly new keys). Compare generations, not
+	 *  handles, to tell whether keys sent to a peer earlier are still the
+	 *  ones in force. Never 0. */
+	uint64_t generation;
+	/** The region's MR (in the cache's first PD), as mrmgr_region_mr(). */
+	struct ibv_mr *mr;
+};
+
+/**
+ * Describe a region the caller holds: its range, access, keys,
+ * generation and MR, in one call (the accessors below read it).
+ * @param region  a region the caller holds (from mrmgr_get()).
+ * @param info    receives at most @p size bytes.
+ * @param size    @c sizeof(struct mrmgr_region_info) as the caller knows it.
+ * @return 0, or @c EINVAL (NULL @p region or @p info, @p size 0).
+ */
+MRMGR_EXPORT int mrmgr_region_query(const mrmgr_region_t *region,
+				    struct mrmgr_region_info *info,
+				    size_t size);
+/**
  * Start of the registered range (page-aligned; may start before the request).
  * @param region  a region the caller holds (from mrmgr_get()).
- * @return the registered start address.
+ * @return the registered start address (NULL for a NULL region).
  */
-MRMGR_EXPORT void *mrmgr_region_addr(const mrmgr_region_t *region);
+static inline void *mrmgr_region_addr(const mrmgr_region_t *region)
+{
+	struct mrmgr_region_info i;
+
+	return region && !mrmgr_region_query(region, &i, sizeof(i)) ? i.addr
+								     : NULL;
+}
 /**
  * Length of the registered range (may exceed the request).
  * @param region  a region the caller holds (from mrmgr_get()).
- * @return the registered length in bytes.
+ * @return the registered length in bytes (0 for a NULL region).
  */
-MRMGR_EXPORT size_t mrmgr_region_length(const mrmgr_region_t *region);
+static inline size_t mrmgr_region_length(const mrmgr_region_t *region)
+{
+	struct mrmgr_region_info i;
+
+	return region && !mrmgr_region_query(region, &i, sizeof(i)) ? i.length
+								     : 0;
+}
 /**
  * The @c ibv_access_flags the region was registered with.
  * @param region  a region the caller holds (from mrmgr_get()).
- * @return the access flags, a superset of what was asked for.
+ * @return the access flags, a superset of what was asked for (0 for NULL).
  */
-MRMGR_EXPORT unsigned int mrmgr_region_access(const mrmgr_region_t *region);
+static inline unsigned int mrmgr_region_access(const mrmgr_region_t *region)
+{
+	struct mrmgr_region_info i;
+
+	return region && !mrmgr_region_query(region, &i, sizeof(i)) ? i.access
+								     : 0;
+}
 /**
- * The region's registration number: unique in its cache, and new whenever
- * the registration changes (a region re-registered in place by growth,
- * access upgrade or PD move keeps its handle but gets a new generation,
- * and possibly new keys). Compare generations, not handles, to tell
- * whether keys sent to a peer earlier are still the ones in force.
+ * The region's registration number (mrmgr_region_info::generation).
  * @param region  a region the caller holds (from mrmgr_get()).
- * @return the generation, never 0.
+ * @return the generation, never 0 (0 for a NULL region).
  */
-MRMGR_EXPORT uint64_t mrmgr_region_generation(const mrmgr_region_t *region);
+static inline uint64_t mrmgr_region_generation(const mrmgr_region_t *region)
+{
+	struct mrmgr_region_info i;
+
+	return region && !mrmgr_region_query(region, &i, sizeof(i))
+		       ? i.generation : 0;
+}
 
 /**
  * Attach a pointer of the caller's to a region (for example the memory
@@ -857,29 +917,78 @@ MRMGR_EXPORT int mrmgr_buf_resize(mrmgr_buf_t *buf, size_t new_size);
 MRMGR_EXPORT int mrmgr_buf_destroy(mrmgr_buf_t *buf);
 
 /**
+ * What a buffer is now, as mrmgr_buf_query() reports it. Fields are only
+ * ever appended (a smaller @c sizeof gets the fields it knows).
+ */
+struct mrmgr_buf_info {
+	/** The buffer's memory (changes when a resize moves it). */
+	void *data;
+	/** The size last asked for, in bytes. */
+	size_t size;
+	/** Bytes mapped and registered (a page multiple, at least the size). */
+	size_t capacity;
+	/** The buffer's MR (covering the whole capacity), or NULL without a
+	 *  registration. */
+	struct ibv_mr *mr;
+	/** A number that changes whenever the buffer's registration (and so
+	 *  possibly its keys or address) changes. */
+	uint64_t generation;
+};
+
+/**
+ * Describe a buffer: its memory, size, capacity, MR and generation in one
+ * call (the accessors below read it).
+ * @param buf   the buffer.
+ * @param info  receives at most @p size bytes.
+ * @param size  @c sizeof(struct mrmgr_buf_info) as the caller knows it.
+ * @return 0, or @c EINVAL (NULL @p buf or @p info, @p size 0).
+ */
+MRMGR_EXPORT int mrmgr_buf_query(const mrmgr_buf_t *buf,
+				 struct mrmgr_buf_info *info, size_t size);
+/**
  * The buffer's memory (changes when a resize moves it).
  * @param buf  the buffer.
- * @return the start of its memory.
+ * @return the start of its memory (NULL for NULL).
  */
-MRMGR_EXPORT void *mrmgr_buf_data(const mrmgr_buf_t *buf);
+static inline void *mrmgr_buf_data(const mrmgr_buf_t *buf)
+{
+	struct mrmgr_buf_info i;
+
+	return buf && !mrmgr_buf_query(buf, &i, sizeof(i)) ? i.data : NULL;
+}
 /**
  * The size last asked for.
  * @param buf  the buffer.
- * @return its size in bytes.
+ * @return its size in bytes (0 for NULL).
  */
-MRMGR_EXPORT size_t mrmgr_buf_size(const mrmgr_buf_t *buf);
+static inline size_t mrmgr_buf_size(const mrmgr_buf_t *buf)
+{
+	struct mrmgr_buf_info i;
+
+	return buf && !mrmgr_buf_query(buf, &i, sizeof(i)) ? i.size : 0;
+}
 /**
  * Bytes mapped and registered (a page multiple, at least the size).
  * @param buf  the buffer.
- * @return its capacity in bytes.
+ * @return its capacity in bytes (0 for NULL).
  */
-MRMGR_EXPORT size_t mrmgr_buf_capacity(const mrmgr_buf_t *buf);
+static inline size_t mrmgr_buf_capacity(const mrmgr_buf_t *buf)
+{
+	struct mrmgr_buf_info i;
+
+	return buf && !mrmgr_buf_query(buf, &i, sizeof(i)) ? i.capacity : 0;
+}
 /**
  * The buffer's MR (covering the whole capacity), or NULL without one.
  * @param buf  the buffer.
  * @return the MR, or NULL.
  */
-MRMGR_EXPORT struct ibv_mr *mrmgr_buf_mr(const mrmgr_buf_t *buf);
+static inline struct ibv_mr *mrmgr_buf_mr(const mrmgr_buf_t *buf)
+{
+	struct mrmgr_buf_info i;
+
+	return buf && !mrmgr_buf_query(buf, &i, sizeof(i)) ? i.mr : NULL;
+}
 /**
  * The buffer's local key, or 0 without a registration.
  * @param buf  the buffer.
@@ -906,9 +1015,14 @@ static inline uint32_t mrmgr_buf_rkey(const mrmgr_buf_t *buf)
  * A number that changes whenever the buffer's registration (and so
  * possibly its keys or address) changes.
  * @param buf  the buffer.
- * @return the generation.
+ * @return the generation (0 for NULL).
  */
-MRMGR_EXPORT uint64_t mrmgr_buf_generation(const mrmgr_buf_t *buf);
+static inline uint64_t mrmgr_buf_generation(const mrmgr_buf_t *buf)
+{
+	struct mrmgr_buf_info i;
+
+	return buf && !mrmgr_buf_query(buf, &i, sizeof(i)) ? i.generation : 0;
+}
 
 /**
  * Cache statistics. Fields are only ever added at the end; pass

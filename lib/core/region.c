@@ -6,12 +6,15 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cache.h"
+#include "log.h"
 #include "pool.h"
 #include "region.h"
 
@@ -373,22 +376,28 @@ MRMGR_EXPORT uint32_t mrmgr_region_rkey(const mrmgr_region_t *region)
 	return mr_key(region, 1);
 }
 
-MRMGR_EXPORT void *mrmgr_region_addr(const mrmgr_region_t *region)
+/* The keys and the MR go through their own accessors (the keys' copy
+ * beside the caller's reference word, a feature that answers for the MR);
+ * the range, access and generation are the region's own fields. */
+MRMGR_EXPORT int mrmgr_region_query(const mrmgr_region_t *region,
+				    struct mrmgr_region_info *info,
+				    size_t size)
 {
-	return region ? (void *)(uintptr_t)mrmgr__region_start(region) : NULL;
-}
+	struct mrmgr_region_info one;
 
-MRMGR_EXPORT size_t mrmgr_region_length(const mrmgr_region_t *region)
-{
-	return region ? (size_t)mrmgr__region_len(region) : 0;
-}
-
-MRMGR_EXPORT unsigned int mrmgr_region_access(const mrmgr_region_t *region)
-{
-	return region ? region->access : 0;
-}
-
-MRMGR_EXPORT uint64_t mrmgr_region_generation(const mrmgr_region_t *region)
-{
-	return region ? region->gen : 0;
+	if (!region || !info || !size) {
+		mrmgr__err("mrmgr_region_query: %s", !region ? "NULL region"
+			   : !info ? "NULL info" : "size 0");
+		return EINVAL;
+	}
+	memset(&one, 0, sizeof(one));
+	one.addr = (void *)(uintptr_t)mrmgr__region_start(region);
+	one.length = (size_t)mrmgr__region_len(region);
+	one.access = region->access;
+	one.lkey = mrmgr_region_lkey(region);
+	one.rkey = mrmgr_region_rkey(region);
+	one.generation = region->gen;
+	one.mr = mrmgr_region_mr(region);
+	memcpy(info, &one, size < sizeof(one) ? size : sizeof(one));
+	return 0;
 }

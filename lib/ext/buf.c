@@ -286,29 +286,25 @@ int mrmgr__buf_follow_pd(struct mrmgr_cache *c)
 	return ret;
 }
 
-MRMGR_EXPORT void *mrmgr_buf_data(const mrmgr_buf_t *b)
+/* One exported call describes the buffer; the accessors are inline readers
+ * of it in mrmgr.h (a small public surface, no per-field symbol). */
+MRMGR_EXPORT int mrmgr_buf_query(const mrmgr_buf_t *b,
+				 struct mrmgr_buf_info *info, size_t size)
 {
-	return b ? b->data : NULL;
-}
+	struct mrmgr_buf_info one;
 
-MRMGR_EXPORT size_t mrmgr_buf_size(const mrmgr_buf_t *b)
-{
-	return b ? b->size : 0;
-}
-
-MRMGR_EXPORT size_t mrmgr_buf_capacity(const mrmgr_buf_t *b)
-{
-	return b ? b->cap : 0;
-}
-
-MRMGR_EXPORT struct ibv_mr *mrmgr_buf_mr(const mrmgr_buf_t *b)
-{
-	return b && b->r ? b->r->mr : NULL;
-}
-
-MRMGR_EXPORT uint64_t mrmgr_buf_generation(const mrmgr_buf_t *b)
-{
-	return b ? b->gen : 0;
+	if (!b || !info || !size) {
+		mrmgr__err("mrmgr_buf_query: %s", !b ? "NULL buffer"
+			   : !info ? "NULL info" : "size 0");
+		return EINVAL;
+	}
+	one.data = b->data;
+	one.size = b->size;
+	one.capacity = b->cap;
+	one.mr = b->r ? b->r->mr : NULL;
+	one.generation = b->gen;
+	memcpy(info, &one, size < sizeof(one) ? size : sizeof(one));
+	return 0;
 }
 
 /* ------------------------------------------------------------ hooks */

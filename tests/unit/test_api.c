@@ -203,3 +203,45 @@ Test(api, bad_environment_values_are_ignored_with_a_warning)
 	cr_assert_gt(cstats(f.cache).max_regions, 0);
 	fx_close(&f);
 }
+
+/* The one region query: what each inline accessor reads, a caller's
+ * smaller struct filled only up to its size, bad input refused. */
+Test(api, region_query_is_what_the_accessors_read)
+{
+	struct fixture f;
+	struct mrmgr_region_info ri;
+	mrmgr_region_t *r;
+	char *p = aligned_alloc(4096, 3 * 4096);
+
+	cr_assert_not_null(p);
+	fx_open(&f, NULL, NULL);
+	cr_assert_eq(mrmgr_get(f.cache, p + 100, 5000, IBV_ACCESS_LOCAL_WRITE,
+			       &r), 0);
+	cr_assert_eq(mrmgr_region_query(r, &ri, sizeof(ri)), 0);
+	cr_assert_leq((uintptr_t)ri.addr, (uintptr_t)p + 100);
+	cr_assert_geq((uintptr_t)ri.addr + ri.length, (uintptr_t)p + 5100);
+	cr_assert_eq(ri.addr, mrmgr_region_addr(r));
+	cr_assert_eq(ri.length, mrmgr_region_length(r));
+	cr_assert_eq(ri.access, mrmgr_region_access(r));
+	cr_assert(ri.access & IBV_ACCESS_LOCAL_WRITE);
+	cr_assert_neq(ri.generation, 0);
+	cr_assert_eq(ri.generation, mrmgr_region_generation(r));
+	cr_assert_eq(ri.mr, mrmgr_region_mr(r));
+	cr_assert_eq(ri.lkey, mrmgr_region_mr(r)->lkey);
+	cr_assert_eq(ri.rkey, mrmgr_region_mr(r)->rkey);
+
+	/* A caller that knew only addr and length. */
+	memset(&ri, 0xab, sizeof(ri));
+	cr_assert_eq(mrmgr_region_query(r, &ri, 2 * sizeof(void *)), 0);
+	cr_assert_eq(ri.addr, mrmgr_region_addr(r));
+	cr_assert_eq(ri.access, 0xababababu, "nothing past size");
+
+	cr_assert_eq(mrmgr_region_query(NULL, &ri, sizeof(ri)), EINVAL);
+	cr_assert_eq(mrmgr_region_query(r, NULL, sizeof(ri)), EINVAL);
+	cr_assert_eq(mrmgr_region_query(r, &ri, 0), EINVAL);
+	cr_assert_eq(mrmgr_region_generation(NULL), 0);
+	cr_assert_null(mrmgr_region_addr(NULL));
+	mrmgr_put(r);
+	fx_close(&f);
+	free(p);
+}

@@ -419,3 +419,43 @@ Test(buf, a_move_leaves_nothing_cached_at_the_old_address)
 		munmap(block, PG);
 	fx_close(&f);
 }
+
+/* The one buffer query: what each inline accessor reads, follows a
+ * resize, and refuses bad input. */
+Test(buf, query_is_what_the_accessors_read)
+{
+	struct fixture f;
+	struct mrmgr_buf_info bi;
+	mrmgr_buf_t *b;
+
+	fx_open(&f, &sim_big, &cache_big);
+	cr_assert_eq(mrmgr_buf_create(f.cache, 100, RW, &b), 0);
+	cr_assert_eq(mrmgr_buf_query(b, &bi, sizeof(bi)), 0);
+	cr_assert_eq(bi.size, 100);
+	cr_assert_eq(bi.capacity, PG);
+	cr_assert_not_null(bi.data);
+	cr_assert_not_null(bi.mr);
+	cr_assert_eq(bi.mr->addr, bi.data);
+	uint64_t gen = bi.generation;
+
+	cr_assert_eq(mrmgr_buf_resize(b, 3 * PG), 0);
+	cr_assert_eq(mrmgr_buf_query(b, &bi, sizeof(bi)), 0);
+	cr_assert_eq(bi.size, 3 * PG);
+	cr_assert_eq(bi.capacity, 3 * PG);
+	cr_assert_neq(bi.generation, gen, "a new registration");
+	cr_assert_eq(bi.data, mrmgr_buf_data(b));
+	cr_assert_eq(bi.mr, mrmgr_buf_mr(b));
+	cr_assert_eq(bi.generation, mrmgr_buf_generation(b));
+	cr_assert_eq(bi.mr->length, bi.capacity);
+
+	memset(&bi, 0xab, sizeof(bi));
+	cr_assert_eq(mrmgr_buf_query(b, &bi, sizeof(void *)), 0);
+	cr_assert_eq(bi.data, mrmgr_buf_data(b));
+	cr_assert_eq(bi.size, (size_t)0xababababababababull, "nothing past size");
+	cr_assert_eq(mrmgr_buf_query(NULL, &bi, sizeof(bi)), EINVAL);
+	cr_assert_eq(mrmgr_buf_query(b, NULL, sizeof(bi)), EINVAL);
+	cr_assert_eq(mrmgr_buf_query(b, &bi, 0), EINVAL);
+	cr_assert_eq(mrmgr_buf_size(NULL), 0);
+	cr_assert_eq(mrmgr_buf_destroy(b), 0);
+	fx_close(&f);
+}
