@@ -26,5 +26,8 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 				    const struct mrmgr_cache_attr *attr,
 				    mrmgr_cache_t **cache)
 {
+	/* Several PDs: one MR per PD in each region (multipd.c). */
+	if (attr && (attr->comp_mask & MRMGR_CACHE_ATTR_PDS))
+		return mrmgr__multi_create(pd, attr, features, cache);
 	return mrmgr__cache_create(pd, attr, features, cache);
 }

@@ -324,7 +324,7 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 	mr = pd ? mrmgr_region_mr_pd(r, pd) : mrmgr__region_plain_mr(r);
 	if (!mr) {
 		mrmgr__err("mrmgr_region_export: the region has no MR in PD %p; "
-			   "mrmgr_get_pd() it there first", (void *)pd);
+			   "mrmgr_get_ex() it there first", (void *)pd);
 		return EINVAL;
 	}
 	ret = mrmgr__share_probe(mr->pd);
@@ -594,11 +594,11 @@ static void share_free(struct mrmgr_cache *c)
 	mrmgr__share_cache_free(c);
 }
 
-static int share_get(struct mrmgr_cache *c, uint64_t start, uint64_t last,
-		     unsigned int access, unsigned int slot,
+static int share_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
+		     uint64_t last, unsigned int access, unsigned int slot,
 		     struct mrmgr_region **out)
 {
-	return mrmgr__multi_get(c, NULL, start, last, access, slot, out);
+	return mrmgr__multi_get(c, pd, start, last, access, slot, out);
 }
 
 const struct mrmgr__ext mrmgr__ext_share = {

@@ -127,8 +127,13 @@ struct mrmgr_import;
 void mrmgr__import_set_revoked(struct mrmgr_import *imp);
 
 /* multipd.c */
+/* mrmgr_cache_create() with MRMGR_CACHE_ATTR_PDS: the core's cache over
+ * attr->pds[0], with the other PDs and one MR slot per PD per region. */
+int mrmgr__multi_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
+			const struct mrmgr__ext *const *exts,
+			struct mrmgr_cache **cache);
 /* A multi-PD get (pd NULL: the cache's first PD); the body of mrmgr_get()
- * and mrmgr_get_pd() on such a cache. */
+ * and mrmgr_get_ex() on such a cache. */
 int mrmgr__multi_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 		     uint64_t last, unsigned int access, unsigned int slot,
 		     struct mrmgr_region **out);
