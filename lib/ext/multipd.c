@@ -8,9 +8,14 @@
  * path, told which PD to register in (mrmgr__core_get_pd_locked(): the
  * cache's own PD never changes); gets from other PDs find the region by
  * the same lock-free walk and register it in their PD only if its slot
- * is still empty. So memory is
- * registered only in the PDs that use it, and one tree node covers them
- * all: one invalidation, one eviction, one reference count for the range.
+ * is still empty. So memory is registered only in the PDs that use it,
+ * and one tree node covers them all: one invalidation, one eviction, one
+ * reference count for the range.
+ *
+ * A feature (mrmgr__ext_multipd, ext.h) that only caches of several PDs
+ * carry: mrmgr_cache_create() with MRMGR_CACHE_ATTR_PDS hands the core a
+ * feature list with it (features.c). A cache of one PD keeps r->mr as its
+ * only MR and pays nothing for this file.
  *
  * Why the hit path stays lock-free: a region found by the core's try_hit (hit.h)
  * is referenced and live; its slot is read with an acquire load; a slot
@@ -178,7 +183,36 @@ int mrmgr__multi_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 	return ret;
 }
 
-/* ------------------------------------------------------------ public */
+/* ------------------------------------------------------------ hooks */
+
+/* Its per-PD MR table before the region is used. */
+static int multipd_region_alloc(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	return mrmgr__share_get(c, r);
+}
+
+static int multipd_get(struct mrmgr_cache *c, struct ibv_pd *pd,
+		       uint64_t start, uint64_t last, unsigned int access,
+		       unsigned int slot, struct mrmgr_region **out)
+{
+	return mrmgr__multi_get(c, pd, start, last, access, slot, out);
+}
+
+/*
+ * Only caches of several PDs carry these hooks (features.c hands
+ * mrmgr__multi_create() a list with them): a cache of one PD pays
+ * nothing for them, not even a test. Releasing the other PDs' MRs is
+ * the share set's (share.c), which owns the region's share state.
+ */
+const struct mrmgr__ext mrmgr__ext_multipd = {
+	.name = "multipd",
+	.region_alloc = multipd_region_alloc,
+	.region_added = mrmgr__share_region_new,
+	.get = multipd_get,
+	.region_mr = mrmgr__region_plain_mr,
+};
+
+/* ------------------------------------------------------------ creation */
 
 int mrmgr__multi_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 			const struct mrmgr__ext *const *exts,

@@ -10,8 +10,9 @@
  *     tracked by the importer and by the share helpers (share_server.c,
  *     share_client.c).
  *
- * How the cache uses it (its hooks, mrmgr__ext_share, ext.h): a multi-PD
- * cache calls mrmgr__share_region_new() on every region it makes; a
+ * How the cache uses it (its hooks, mrmgr__ext_share and, in a cache of
+ * several PDs, mrmgr__ext_multipd, ext.h): a multi-PD cache calls
+ * mrmgr__share_region_new() on every region it makes; a
  * region with share state (r->share) calls mrmgr__share_region_release()
  * when it is deregistered and mrmgr__share_invalidated() when it is
  * invalidated; mrmgr_cache_destroy_ex() calls mrmgr__share_force() and
@@ -48,8 +49,10 @@ struct mrmgr_cache;
  */
 #define MRMGR__CACHE_MULTI_PD MRMGR__CACHE_EXT_GET
 
-/* The feature as the core sees it (ext.h): share sets, multi-PD gets. */
+/* The features as the core sees them (ext.h): share sets (every cache),
+ * one MR per PD (caches of several PDs only, multipd.c). */
 extern const struct mrmgr__ext mrmgr__ext_share;
+extern const struct mrmgr__ext mrmgr__ext_multipd;
 
 /* A region's share state; type-stable with the region (freed with the
  * cache), reset when the region is released. */

@@ -258,6 +258,24 @@ Test(multipd, bad_input)
 	cr_assert_eq(create_multi(NULL, 2, NULL, &c), EINVAL);
 	cr_assert_eq(create_multi(m.pd, 0, NULL, &c), EINVAL);
 	cr_assert_eq(create_multi(m.pd, 65, NULL, &c), EINVAL);
+	/* The pd argument, when given, is the first of the PDs. */
+	struct mrmgr_cache_attr pa = { .comp_mask = MRMGR_CACHE_ATTR_PDS,
+				       .pds = m.pd, .npds = 2 };
+	cr_assert_eq(mrmgr_cache_create(m.pd[1], &pa, &c), EINVAL);
+	cr_assert_eq(mrmgr_cache_create(m.pd[0], &pa, &c), 0);
+	cr_assert_eq(get_pd(c, m.pd[1], buf, 4 * KiB, RW, &r), 0);
+	cr_assert_not_null(mrmgr_region_mr_pd(r, m.pd[1]));
+	cr_assert_eq(mrmgr_region_mr_pd(r, m.pd[1])->pd, m.pd[1],
+		     "registered in the PD asked, not the cache's first");
+	cr_assert_null(mrmgr_region_mr(r), "nothing asked in the first PD");
+	mrmgr_put(r);
+	cr_assert_eq(mrmgr_cache_destroy(c), 0);
+	/* The pds fields are not read without their comp_mask bit: a plain
+	 * cache of pd, which serves no other PD. */
+	pa.comp_mask = 0;
+	cr_assert_eq(mrmgr_cache_create(m.pd[1], &pa, &c), 0);
+	cr_assert_eq(get_pd(c, m.pd[0], buf, 4 * KiB, RW, &r), EINVAL);
+	cr_assert_eq(mrmgr_cache_destroy(c), 0);
 	cr_assert_eq(get_pd(m.cache, foreign, buf, 4 * KiB, RW, &r), EINVAL);
 	cr_assert_eq(get_pd(m.cache, NULL, buf, 4 * KiB, RW, &r), EINVAL);
 	cr_assert_eq(get_pd(m.cache, m.pd[1], NULL, 4 * KiB, RW, &r), EINVAL);
