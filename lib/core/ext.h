@@ -98,7 +98,8 @@ struct mrmgr__ext {
 		   uint64_t last, unsigned int access, unsigned int slot,
 		   struct mrmgr_region **out);
 	/* After a successful get: mrmgr_get() (get_flags 0, only with
-	 * MRMGR__CACHE_AFTER_GET) or mrmgr_get_ex() (its flags). */
+	 * MRMGR__CACHE_AFTER_GET) or mrmgr_get_ex() (its flags; with none,
+	 * only with MRMGR__CACHE_AFTER_GET too). */
 	void (*after_get)(struct mrmgr_cache *c, struct mrmgr_region *r,
 			  void *addr, size_t length, unsigned int access,
 			  uint64_t get_flags);

@@ -400,7 +400,9 @@ MRMGR_EXPORT int mrmgr_get_ex(mrmgr_cache_t *c, void *addr, size_t length,
 		return EINVAL;
 	}
 	ret = get(c, pd, addr, length, access, region);
-	if (!ret)
+	/* No flag: as mrmgr_get() (a get for another PD should cost what a
+	 * plain one does). */
+	if (!ret && (flags || (c->flags & MRMGR__CACHE_AFTER_GET)))
 		mrmgr__ext_after_get(c, *region, addr, length, access, flags);
 	return ret;
 }

@@ -22,13 +22,17 @@ static const struct mrmgr__ext *const features[] = {
 	NULL,
 };
 
-/* A cache of several PDs: the same, and one MR per PD in each region. */
+/*
+ * A cache of several PDs: the same, and one MR per PD in each region.
+ * First: it answers every get (the core looks for the first get hook),
+ * and plans no miss, so the others' order is kept.
+ */
 static const struct mrmgr__ext *const features_multipd[] = {
+	&mrmgr__ext_multipd,
 	&mrmgr__ext_grow,
 	&mrmgr__ext_odp,
 	&mrmgr__ext_share,
 	&mrmgr__ext_buf,
-	&mrmgr__ext_multipd,
 	NULL,
 };
 
