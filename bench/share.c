@@ -3,8 +3,8 @@
  *
  *  1. The hit path: get + put of a cached region, ns per pair, on a
  *     single-PD cache (mrmgr_get) and on a two-PD cache (mrmgr_get for
- *     the first PD, mrmgr_get_pd for the second), 1 and 2 threads, over
- *     1 / 1,000 regions. A multi-PD hit is the same lock-free walk plus
+ *     the first PD, mrmgr_get_ex with MRMGR_GET_ATTR_PD for the second),
+ *     1 and 2 threads, over 1 / 1,000 regions. A multi-PD hit is the same lock-free walk plus
  *     one load of the region's MR in the PD asked.
  *  2. Lazy registration in a second PD versus a miss, with the simulated
  *     registration cost 10 us + 100 ns per 4 KiB page (not pinned).
@@ -61,6 +61,27 @@ struct hit_arg {
 	double ns;
 };
 
+/* mrmgr_get() in one PD of a multi-PD cache (mrmgr_get_ex() with the PD). */
+static int get_pd(mrmgr_cache_t *c, struct ibv_pd *pd, void *addr, size_t len,
+		  unsigned int access, mrmgr_region_t **r)
+{
+	struct mrmgr_get_attr ga = { .comp_mask = MRMGR_GET_ATTR_PD, .pd = pd };
+
+	return mrmgr_get_ex(c, addr, len, access, &ga, r);
+}
+
+/* mrmgr_cache_create() over npds PDs. */
+static int create_multi(struct ibv_pd *const *pds, size_t npds,
+			const struct mrmgr_cache_attr *attr, mrmgr_cache_t **c)
+{
+	struct mrmgr_cache_attr a = *attr;
+
+	a.comp_mask |= MRMGR_CACHE_ATTR_PDS;
+	a.pds = pds;
+	a.npds = npds;
+	return mrmgr_cache_create(NULL, &a, c);
+}
+
 static void *hits(void *p)
 {
 	struct hit_arg *a = p;
@@ -71,7 +92,7 @@ static void *hits(void *p)
 		size_t k = a->nregions > 1 ? (size_t)rand_r(&a->seed) % a->nregions : 0;
 		char *addr = a->buf + k * 2 * PG;
 
-		die(a->pd ? mrmgr_get_pd(a->cache, a->pd, addr, PG, ACCESS, &r)
+		die(a->pd ? get_pd(a->cache, a->pd, addr, PG, ACCESS, &r)
 			  : mrmgr_get(a->cache, addr, PG, ACCESS, &r), "get");
 		mrmgr_put(r);
 	}
@@ -91,7 +112,7 @@ static double hit_run(mrmgr_cache_t *c, struct ibv_pd *pd, char *buf,
 	for (size_t k = 0; k < nregions; k++) {
 		mrmgr_region_t *r;
 
-		die(pd ? mrmgr_get_pd(c, pd, buf + k * 2 * PG, PG, ACCESS, &r)
+		die(pd ? get_pd(c, pd, buf + k * 2 * PG, PG, ACCESS, &r)
 		       : mrmgr_get(c, buf + k * 2 * PG, PG, ACCESS, &r), "warm");
 		mrmgr_put(r);
 	}
@@ -140,7 +161,7 @@ static void bench_hits(int repeat)
 					if (kind == 0)
 						die(mrmgr_cache_create(pd[0], &ca, &c), "cache");
 					else
-						die(mrmgr_cache_create_multi(pd, 2, &ca, &c), "cache");
+						die(create_multi(pd, 2, &ca, &c), "cache");
 					ns = hit_run(c, kind == 2 ? pd[1] : NULL, buf,
 						     sizes[s], t);
 					if (ns < best[t])
@@ -150,7 +171,7 @@ static void bench_hits(int repeat)
 			}
 			printf("| %s | %s | %zu | %.1f | %.1f |\n",
 			       kind == 0 ? "single PD" : "two PDs",
-			       kind == 2 ? "mrmgr_get_pd (2nd PD)" : "mrmgr_get",
+			       kind == 2 ? "mrmgr_get_ex, 2nd PD" : "mrmgr_get",
 			       sizes[s], best[1], best[2]);
 		}
 	}
@@ -187,7 +208,7 @@ static void bench_lazy(int repeat)
 		mrmgr_region_t *r;
 		double t0;
 
-		die(mrmgr_cache_create_multi(pd, 2, &ca, &c), "cache");
+		die(create_multi(pd, 2, &ca, &c), "cache");
 		t0 = now_ns();
 		for (size_t i = 0; i < n; i++) {
 			die(mrmgr_get(c, buf + i * len, len, ACCESS, &r), "miss");
@@ -197,7 +218,7 @@ static void bench_lazy(int repeat)
 			miss = (now_ns() - t0) / n;
 		t0 = now_ns();
 		for (size_t i = 0; i < n; i++) {
-			die(mrmgr_get_pd(c, pd[1], buf + i * len, len, ACCESS, &r), "lazy");
+			die(get_pd(c, pd[1], buf + i * len, len, ACCESS, &r), "lazy");
 			mrmgr_put(r);
 		}
 		if ((now_ns() - t0) / n < lazy)

@@ -125,13 +125,19 @@ int main(int argc, char **argv)
 	if (buf == MAP_FAILED)
 		return 1;
 	memset(buf, 0, LEN);
-	if (check(mrmgr_cache_create_multi(r.pd, RAILS, NULL, &cache),
+	/* One cache over both rails' PDs. */
+	struct mrmgr_cache_attr ca = { .comp_mask = MRMGR_CACHE_ATTR_PDS,
+				       .pds = r.pd, .npds = RAILS };
+	if (check(mrmgr_cache_create(NULL, &ca, &cache),
 		  "create the multi-PD cache"))
 		return 1;
 
 	/* Each rail asks for the buffer in its own PD: one region, two MRs. */
 	for (int i = 0; i < RAILS; i++) {
-		if (check(mrmgr_get_pd(cache, r.pd[i], buf, LEN, access, &reg[i]),
+		struct mrmgr_get_attr ga = { .comp_mask = MRMGR_GET_ATTR_PD,
+					     .pd = r.pd[i] };
+
+		if (check(mrmgr_get_ex(cache, buf, LEN, access, &ga, &reg[i]),
 			  "get"))
 			return 1;
 		printf("rail %d: region %p, lkey %#x rkey %#x\n", i, (void *)reg[i],

@@ -84,8 +84,8 @@ struct mrmgr_device_ops {
 	/**
 	 * Nonzero when @p ctx is one of this provider's open contexts.
 	 * Required. Called when a cache is created (and by
-	 * mrmgr_region_alias(), mrmgr_cache_create_multi()); must not call
-	 * back into libmrmgr.
+	 * mrmgr_region_alias(), mrmgr_cache_create() with several PDs); must
+	 * not call back into libmrmgr.
 	 */
 	int (*owns_context)(const struct ibv_context *ctx);
 	/** Fill @p attr (zeroed by the caller). Required. */

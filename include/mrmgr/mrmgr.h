@@ -124,6 +124,11 @@ enum mrmgr_cache_attr_mask {
 	MRMGR_CACHE_ATTR_MONITOR = 1u << 4,
 	/** mrmgr_cache_attr::region_gone and @c region_gone_arg are set. */
 	MRMGR_CACHE_ATTR_REGION_GONE = 1u << 5,
+	/**
+	 * mrmgr_cache_attr::pds and @c npds are set: the cache serves
+	 * several protection domains.
+	 */
+	MRMGR_CACHE_ATTR_PDS = 1u << 6,
 };
 
 /** Policy bits for mrmgr_cache_attr::flags. */
@@ -334,7 +339,7 @@ struct mrmgr_cache_attr {
 	 * with whatever user data they carry (NULL unless set).
 	 *
 	 * Threading: it runs on the thread whose call ended the region
-	 * (mrmgr_get(), mrmgr_get_ex() or mrmgr_get_pd() evicting, merging
+	 * (mrmgr_get() or mrmgr_get_ex() evicting, merging
 	 * or applying memory events; mrmgr_put() of the last holder;
 	 * mrmgr_invalidate(); mrmgr_cache_destroy(); mrmgr_cache_move_pd();
 	 * mrmgr_buf_*() on the same cache; fork(), in the parent, when the
@@ -351,6 +356,30 @@ struct mrmgr_cache_attr {
 	mrmgr_region_gone_fn region_gone;
 	/** Passed to @c region_gone as its @c arg. */
 	void *region_gone_arg;
+	/**
+	 * The protection domains a multi-PD cache serves: @c npds distinct
+	 * PDs, of one device or of several devices of the same kind (all
+	 * verbs, or all of one device provider); they must outlive the
+	 * cache. The array is copied. Requires ::MRMGR_CACHE_ATTR_PDS.
+	 *
+	 * A region of such a cache is one address range with one MR per PD,
+	 * registered lazily: mrmgr_get_ex() with mrmgr_get_attr::pd registers
+	 * the region in that PD the first time that PD asks for it;
+	 * mrmgr_get() asks for @c pds[0], the cache's first PD, which the
+	 * plain accessors (mrmgr_region_mr(), _lkey, _rkey) report;
+	 * mrmgr_region_mr_pd() reads the others. mrmgr_cache_create()'s
+	 * @c pd must be NULL or @c pds[0]. Invalidation (mrmgr_invalidate())
+	 * drops the range in every PD at once; eviction evicts a region with
+	 * all its MRs; the limits count every MR (@c max_regions counts MRs,
+	 * @c max_bytes counts each registration's bytes). A cache of several
+	 * PDs registers pinned memory (ODP is turned off, with a log line;
+	 * with ::MRMGR_ODP_STRICT an ODP request fails with @c EOPNOTSUPP),
+	 * never re-registers in place, and cannot be moved
+	 * (mrmgr_cache_move_pd() fails with @c EINVAL).
+	 */
+	struct ibv_pd *const *pds;
+	/** How many PDs @c pds holds: 1 to 64. Requires ::MRMGR_CACHE_ATTR_PDS. */
+	size_t npds;
 };
 
 /**
@@ -361,11 +390,18 @@ struct mrmgr_cache_attr {
  * simulated HCA of libmrmgr-sim is one); the cache uses the provider that
  * claims the PD's context, libibverbs when none does.
  *
- * @param pd     protection domain every region is registered in.
+ * With ::MRMGR_CACHE_ATTR_PDS the cache serves every PD of
+ * mrmgr_cache_attr::pds, one MR per PD.
+ *
+ * @param pd     protection domain every region is registered in; with
+ *               ::MRMGR_CACHE_ATTR_PDS, NULL or @c attr->pds[0].
  * @param attr   attributes, or NULL for the defaults.
  * @param cache  receives the new cache.
  * @return 0, @c EINVAL (NULL @p pd or @p cache, unknown @c comp_mask or
- *         flag bits), @c ENOMEM, or the errno of the device query.
+ *         flag bits; with ::MRMGR_CACHE_ATTR_PDS: NULL or repeated PDs,
+ *         @c npds out of range, PDs of different backends, @p pd not
+ *         @c pds[0]), @c EOPNOTSUPP (::MRMGR_ODP_STRICT with several
+ *         PDs), @c ENOMEM, or the errno of the device query.
  */
 MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 				    const struct mrmgr_cache_attr *attr,
@@ -449,7 +485,7 @@ MRMGR_EXPORT int mrmgr_cache_destroy_ex(mrmgr_cache_t *cache, uint64_t flags);
 MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *cache, void *addr, size_t length,
 			   unsigned int access, mrmgr_region_t **region);
 
-/** Bits of mrmgr_get_ex()'s @c flags. */
+/** Bits of mrmgr_get_attr::flags. */
 enum mrmgr_get_flags {
 	/**
 	 * When the region is an ODP region (see enum mrmgr_odp_mode), issue
@@ -464,22 +500,58 @@ enum mrmgr_get_flags {
 	MRMGR_GET_NO_PREFETCH = 1u << 1,
 };
 
+/** Bits of mrmgr_get_attr::comp_mask: which fields are valid. */
+enum mrmgr_get_attr_mask {
+	/** mrmgr_get_attr::flags is set. */
+	MRMGR_GET_ATTR_FLAGS = 1u << 0,
+	/** mrmgr_get_attr::pd is set. */
+	MRMGR_GET_ATTR_PD = 1u << 1,
+};
+
 /**
- * mrmgr_get() with per-call @p flags (bits of enum mrmgr_get_flags).
- * mrmgr_get() is mrmgr_get_ex() with @p flags 0, which follows the cache's
- * ::MRMGR_ODP_AUTO_PREFETCH policy.
+ * Per-call attributes of mrmgr_get_ex(). Zero-initialise, set the fields
+ * you want and their bits in @c comp_mask.
+ */
+struct mrmgr_get_attr {
+	/** Which fields below are valid: bits of enum mrmgr_get_attr_mask. */
+	uint64_t comp_mask;
+	/**
+	 * Bits of enum mrmgr_get_flags (0: follow the cache's
+	 * ::MRMGR_ODP_AUTO_PREFETCH policy). Requires ::MRMGR_GET_ATTR_FLAGS.
+	 */
+	uint64_t flags;
+	/**
+	 * The PD the region must have an MR in: one of the cache's PDs (a
+	 * multi-PD cache, see mrmgr_cache_attr::pds, registers the region in
+	 * it the first time it is asked for there; read the MR with
+	 * mrmgr_region_mr_pd()). On a single-PD cache it must be the
+	 * cache's PD; not NULL (without ::MRMGR_GET_ATTR_PD the get is for
+	 * the cache's first PD). A hit whose region already has an MR in
+	 * @c pd takes no lock, as mrmgr_get(). Requires ::MRMGR_GET_ATTR_PD.
+	 */
+	struct ibv_pd *pd;
+};
+
+/**
+ * mrmgr_get() with per-call attributes: flags (bits of enum
+ * mrmgr_get_flags) and the PD to register in. mrmgr_get() is
+ * mrmgr_get_ex() with @p attr NULL: no flags (the cache's
+ * ::MRMGR_ODP_AUTO_PREFETCH policy), the cache's first PD.
  *
  * @param cache   as mrmgr_get().
  * @param addr    as mrmgr_get().
  * @param length  as mrmgr_get().
  * @param access  as mrmgr_get().
- * @param flags   bits of enum mrmgr_get_flags, or 0.
+ * @param attr    attributes, or NULL for the defaults.
  * @param region  receives the region.
- * @return as mrmgr_get(); @c EINVAL also for unknown @p flags bits or
- *         both ::MRMGR_GET_PREFETCH and ::MRMGR_GET_NO_PREFETCH.
+ * @return as mrmgr_get(); @c EINVAL also for unknown @c comp_mask or
+ *         flag bits, both ::MRMGR_GET_PREFETCH and
+ *         ::MRMGR_GET_NO_PREFETCH, or a NULL PD or one the cache does
+ *         not serve.
  */
 MRMGR_EXPORT int mrmgr_get_ex(mrmgr_cache_t *cache, void *addr, size_t length,
-			      unsigned int access, uint64_t flags,
+			      unsigned int access,
+			      const struct mrmgr_get_attr *attr,
 			      mrmgr_region_t **region);
 
 /**
@@ -1355,52 +1427,6 @@ MRMGR_EXPORT int mrmgr_region_prefetch(mrmgr_region_t *region, void *addr,
  *    @c EOPNOTSUPP, learnt once per device.
  * @{
  */
-
-/**
- * Create a cache that serves several protection domains, of one device
- * or of several devices of the same kind (all verbs, or all simulated).
- *
- * A region is one address range with one MR per PD, registered lazily:
- * mrmgr_get_pd() registers the region in the PD it names the first time
- * that PD asks for it; mrmgr_get() is mrmgr_get_pd() with @p pds[0].
- * Invalidation (mrmgr_invalidate()) drops the range in every PD at once;
- * eviction evicts a region with all its MRs; the limits count every MR
- * (@c max_regions counts MRs, @c max_bytes counts each registration's
- * bytes). A multi-PD cache registers pinned memory (ODP is turned off,
- * with a log line; with ::MRMGR_ODP_STRICT an ODP request fails with
- * @c EOPNOTSUPP), never re-registers in place, and cannot be moved
- * (mrmgr_cache_move_pd() fails with @c EINVAL).
- *
- * @param pds    @p npds distinct PDs; they must outlive the cache.
- * @param npds   1 to 64.
- * @param attr   as mrmgr_cache_create().
- * @param cache  receives the cache.
- * @return 0; @c EINVAL (NULL or repeated PDs, @p npds out of range, PDs
- *         of different backends); as mrmgr_cache_create().
- */
-MRMGR_EXPORT int mrmgr_cache_create_multi(struct ibv_pd *const *pds,
-					  size_t npds,
-					  const struct mrmgr_cache_attr *attr,
-					  mrmgr_cache_t **cache);
-
-/**
- * mrmgr_get() for one of a multi-PD cache's PDs: the returned region has
- * an MR in @p pd (mrmgr_region_mr_pd()). On a single-PD cache @p pd must
- * be the cache's PD. A hit whose region already has an MR in @p pd takes
- * no lock, as mrmgr_get().
- *
- * @param cache   the cache.
- * @param pd      one of the cache's PDs.
- * @param addr    as mrmgr_get().
- * @param length  as mrmgr_get().
- * @param access  as mrmgr_get().
- * @param region  receives the region.
- * @return as mrmgr_get(); @c EINVAL also for a PD the cache does not
- *         serve.
- */
-MRMGR_EXPORT int mrmgr_get_pd(mrmgr_cache_t *cache, struct ibv_pd *pd,
-			      void *addr, size_t length, unsigned int access,
-			      mrmgr_region_t **region);
 
 /**
  * The region's MR in @p pd, or NULL when it has none there (yet). On a

@@ -123,8 +123,8 @@ void mrmgr__ext_region_invalidated(struct mrmgr_cache *c,
 void mrmgr__ext_destroy_begin(struct mrmgr_cache *c, uint64_t flags);
 int mrmgr__ext_destroy_check(struct mrmgr_cache *c, uint64_t busy);
 void mrmgr__ext_stats(struct mrmgr_cache *c, struct mrmgr_stats *s);
-int mrmgr__ext_get(struct mrmgr_cache *c, uint64_t start, uint64_t last,
-		   unsigned int access, unsigned int slot,
+int mrmgr__ext_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
+		   uint64_t last, unsigned int access, unsigned int slot,
 		   struct mrmgr_region **out);
 void mrmgr__ext_after_get(struct mrmgr_cache *c, struct mrmgr_region *r,
 			  void *addr, size_t length, unsigned int access,
@@ -197,12 +197,12 @@ void mrmgr__cache_reap_locked(struct mrmgr_cache *c);
 void mrmgr__lru_unlink(struct mrmgr_region *r);
 void mrmgr__lru_append(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__lru_unpark_all(struct mrmgr_cache *c);
-/* miss.c: register [start, last] for a get that missed (it may drop the
- * lock: MRMGR__GET_MAY_UNLOCK). MRMGR__MISS_AGAIN: it waited for another
+/* miss.c: register [start, last] for a get that missed, in pd (NULL:
+ * the cache's PD, c->pd; it may drop the lock: MRMGR__GET_MAY_UNLOCK). MRMGR__MISS_AGAIN: it waited for another
  * registration; look again. */
 #define MRMGR__MISS_AGAIN (-1)
-int mrmgr__cache_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
-		      unsigned int access, unsigned int slot,
+int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
+		      uint64_t last, unsigned int access, unsigned int slot,
 		      unsigned int gflags, struct mrmgr_region **out);
 /* [start, last] is invalidated: registrations under way over it are not
  * cached. */

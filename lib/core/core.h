@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 struct ibv_mr;
+struct ibv_pd;
 struct mrmgr_cache;
 struct mrmgr_region;
 
@@ -34,6 +35,15 @@ int mrmgr__core_get_locked(struct mrmgr_cache *c, uint64_t start,
 			   uint64_t last, unsigned int access,
 			   unsigned int slot, unsigned int gflags,
 			   struct mrmgr_region **out);
+/*
+ * The same, and a miss registers in pd (a PD the cache serves) rather
+ * than in the cache's own PD: a region holds one MR per PD, the one the
+ * miss makes is r->mr, in pd (r->mr->pd). NULL pd: the cache's PD.
+ */
+int mrmgr__core_get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
+			      uint64_t start, uint64_t last,
+			      unsigned int access, unsigned int slot,
+			      unsigned int gflags, struct mrmgr_region **out);
 /*
  * Take a live region out of hit reach if it is idle, by the eviction
  * protocol (state first, then the stripes), then out of the tree and off

@@ -127,13 +127,13 @@ void mrmgr__ext_stats(struct mrmgr_cache *c, struct mrmgr_stats *s)
 			e->stats(c, s);
 }
 
-int mrmgr__ext_get(struct mrmgr_cache *c, uint64_t start, uint64_t last,
-		   unsigned int access, unsigned int slot,
+int mrmgr__ext_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
+		   uint64_t last, unsigned int access, unsigned int slot,
 		   struct mrmgr_region **out)
 {
 	EACH(c, e)
 		if (e->get)
-			return e->get(c, start, last, access, slot, out);
+			return e->get(c, pd, start, last, access, slot, out);
 	return ENOSYS; /* MRMGR__CACHE_EXT_GET with nobody to answer */
 }
 

@@ -91,13 +91,15 @@ struct mrmgr__ext {
 	int (*destroy_check)(struct mrmgr_cache *c, uint64_t busy);
 	/* mrmgr_cache_query_stats(), no lock: the feature's counters. */
 	void (*stats)(struct mrmgr_cache *c, struct mrmgr_stats *s);
-	/* MRMGR__CACHE_EXT_GET: the body of mrmgr_get() (request checked,
-	 * page-aligned). */
-	int (*get)(struct mrmgr_cache *c, uint64_t start, uint64_t last,
-		   unsigned int access, unsigned int slot,
+	/* MRMGR__CACHE_EXT_GET: the body of mrmgr_get() and mrmgr_get_ex()
+	 * (request checked, page-aligned); pd: the PD asked for
+	 * (mrmgr_get_attr::pd), NULL for the cache's first. */
+	int (*get)(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
+		   uint64_t last, unsigned int access, unsigned int slot,
 		   struct mrmgr_region **out);
 	/* After a successful get: mrmgr_get() (get_flags 0, only with
-	 * MRMGR__CACHE_AFTER_GET) or mrmgr_get_ex() (its flags). */
+	 * MRMGR__CACHE_AFTER_GET) or mrmgr_get_ex() (its flags; with none,
+	 * only with MRMGR__CACHE_AFTER_GET too). */
 	void (*after_get)(struct mrmgr_cache *c, struct mrmgr_region *r,
 			  void *addr, size_t length, unsigned int access,
 			  uint64_t get_flags);

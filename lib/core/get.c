@@ -180,9 +180,10 @@ int mrmgr__core_check_request(const char *fn, const struct mrmgr_cache *c,
 	return ret ? ret : mrmgr__core_check_access(fn, access);
 }
 
-/* The body of mrmgr_get() and mrmgr_get_ex(). */
-static int get(struct mrmgr_cache *c, void *addr, size_t length,
-	       unsigned int access, struct mrmgr_region **region)
+/* The body of mrmgr_get() and mrmgr_get_ex(); pd: the PD asked for (NULL:
+ * the cache's first). */
+static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
+	       size_t length, unsigned int access, struct mrmgr_region **region)
 {
 	uint64_t start, last;
 	unsigned int slot;
@@ -202,7 +203,13 @@ static int get(struct mrmgr_cache *c, void *addr, size_t length,
 
 	slot = mrmgr__thread_slot() & (c->nstripes - 1);
 	if (mrmgr__unlikely(c->flags & MRMGR__CACHE_EXT_GET))
-		return mrmgr__ext_get(c, start, last, access, slot, region);
+		return mrmgr__ext_get(c, pd, start, last, access, slot, region);
+	/* A cache of one PD: that PD is the only one it serves. */
+	if (mrmgr__unlikely(pd && pd != c->pd)) {
+		mrmgr__err("mrmgr_get_ex: the cache does not serve PD %p",
+			   (void *)pd);
+		return EINVAL;
+	}
 	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
 	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
 		r = mrmgr__core_try_hit(c, start, last, access, slot);
@@ -226,6 +233,15 @@ int mrmgr__core_get_locked(struct mrmgr_cache *c, uint64_t start,
 			   unsigned int slot, unsigned int gflags,
 			   struct mrmgr_region **out)
 {
+	return mrmgr__core_get_pd_locked(c, NULL, start, last, access, slot,
+					 gflags, out);
+}
+
+int mrmgr__core_get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
+			      uint64_t start, uint64_t last,
+			      unsigned int access, unsigned int slot,
+			      unsigned int gflags, struct mrmgr_region **out)
+{
 	struct mrmgr_region *r;
 	int ret;
 
@@ -248,7 +264,8 @@ int mrmgr__core_get_locked(struct mrmgr_cache *c, uint64_t start,
 		}
 		if (!again)
 			c->st.misses++;
-		ret = mrmgr__cache_miss(c, start, last, access, slot, gflags, out);
+		ret = mrmgr__cache_miss(c, pd, start, last, access, slot, gflags,
+				       out);
 		if (ret != MRMGR__MISS_AGAIN)
 			return ret;
 	}
@@ -326,7 +343,7 @@ static __attribute__((noinline)) int get_slow(struct mrmgr_cache *c,
 
 	if (undo)
 		mrmgr__cache_put_slow(c, undo);
-	ret = get(c, addr, length, access, region);
+	ret = get(c, NULL, addr, length, access, region);
 	if (mrmgr__unlikely(!ret && (c->flags & MRMGR__CACHE_AFTER_GET)))
 		mrmgr__ext_after_get(c, *region, addr, length, access, 0);
 	return ret;
@@ -350,19 +367,42 @@ MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *c, void *addr, size_t length,
 }
 
 MRMGR_EXPORT int mrmgr_get_ex(mrmgr_cache_t *c, void *addr, size_t length,
-			      unsigned int access, uint64_t flags,
+			      unsigned int access,
+			      const struct mrmgr_get_attr *attr,
 			      mrmgr_region_t **region)
 {
 	const uint64_t known = MRMGR_GET_PREFETCH | MRMGR_GET_NO_PREFETCH;
+	const uint64_t known_mask = MRMGR_GET_ATTR_FLAGS | MRMGR_GET_ATTR_PD;
+	uint64_t flags = 0;
+	struct ibv_pd *pd = NULL;
 	int ret;
 
+	if (attr) {
+		if (attr->comp_mask & ~known_mask) {
+			mrmgr__err("mrmgr_get_ex: unknown comp_mask bits %#llx",
+				   (unsigned long long)(attr->comp_mask &
+							~known_mask));
+			return EINVAL;
+		}
+		if (attr->comp_mask & MRMGR_GET_ATTR_FLAGS)
+			flags = attr->flags;
+		if (attr->comp_mask & MRMGR_GET_ATTR_PD) {
+			pd = attr->pd;
+			if (!pd) {
+				mrmgr__err("mrmgr_get_ex: NULL PD");
+				return EINVAL;
+			}
+		}
+	}
 	if ((flags & ~known) || (flags & known) == known) {
 		mrmgr__err("mrmgr_get_ex: bad flags %#llx",
 			   (unsigned long long)flags);
 		return EINVAL;
 	}
-	ret = get(c, addr, length, access, region);
-	if (!ret)
+	ret = get(c, pd, addr, length, access, region);
+	/* No flag: as mrmgr_get() (a get for another PD should cost what a
+	 * plain one does). */
+	if (!ret && (flags || (c->flags & MRMGR__CACHE_AFTER_GET)))
 		mrmgr__ext_after_get(c, *region, addr, length, access, flags);
 	return ret;
 }

@@ -99,10 +99,11 @@ int mrmgr__core_joins(const struct mrmgr_region *r, uint64_t as, uint64_t al,
 	       (r->node.start >= s && r->node.last <= l);
 }
 
-static int do_reg(struct mrmgr_cache *c, uint64_t start, uint64_t len,
-		  unsigned int access, struct ibv_mr **mr)
+static int do_reg(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
+		  uint64_t len, unsigned int access, struct ibv_mr **mr)
 {
-	int ret = mrmgr__dev_reg_mr(c->ops, c->pd, (void *)(uintptr_t)start,
+	int ret = mrmgr__dev_reg_mr(c->ops, pd ? pd : c->pd,
+				    (void *)(uintptr_t)start,
 				    len, (int)(access | c->reg_access), mr);
 
 	mrmgr__core_reg_done(c, start, len, access, ret);
@@ -179,15 +180,17 @@ void mrmgr__cache_inflight_drop(struct mrmgr_cache *c, uint64_t start,
  * Register [start, +len) with the lock released; deregister the regions
  * make_room() retired first. Lock held on entry and on return.
  */
-static int reg_unlocked(struct mrmgr_cache *c, uint64_t start, uint64_t len,
-			unsigned int access, struct ibv_mr **mr)
+static int reg_unlocked(struct mrmgr_cache *c, struct ibv_pd *pd,
+			uint64_t start, uint64_t len, unsigned int access,
+			struct ibv_mr **mr)
 {
 	struct mrmgr_region *reap = c->reap;
-	struct ibv_pd *pd = c->pd;
 	int extra = (int)c->reg_access;
 	uint64_t n = 0;
 	int ret;
 
+	if (!pd)
+		pd = c->pd; /* read under the lock: mrmgr_cache_move_pd() */
 	c->reap = NULL;
 	pthread_mutex_unlock(&c->lock);
 	if (reap)
@@ -220,9 +223,9 @@ static int watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
  * mrmgr__get_flags. MRMGR__MISS_AGAIN: it waited for another registration; the
  * caller looks again.
  */
-int mrmgr__cache_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
-		      unsigned int access, unsigned int slot, unsigned int gflags,
-		      struct mrmgr_region **out)
+int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
+		      uint64_t last, unsigned int access, unsigned int slot,
+		      unsigned int gflags, struct mrmgr_region **out)
 {
 	uint64_t rs = start, rl = last, as = start, al = last;
 	unsigned int racc = access;
@@ -313,14 +316,14 @@ int mrmgr__cache_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 			inflight_begin(c, &fl, rs, rl);
 			reserved = 1;
 		}
-		ret = reg_unlocked(c, rs, rl - rs + 1, racc, &mr);
+		ret = reg_unlocked(c, pd, rs, rl - rs + 1, racc, &mr);
 	} else {
-		ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
+		ret = do_reg(c, pd, rs, rl - rs + 1, racc, &mr);
 	}
 	if (ret == ENOMEM || ret == EAGAIN) {
 		c->st.evict_retries++;
 		mrmgr__core_evict_all_idle(c);
-		ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
+		ret = do_reg(c, pd, rs, rl - rs + 1, racc, &mr);
 	}
 	if (merged && (ret == EFAULT || ret == ENOMEM || ret == EAGAIN)) {
 		/* EFAULT: the merged span reaches memory that is no longer
@@ -333,7 +336,7 @@ int mrmgr__cache_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		racc = access;
 		merged = 0;
 		mrmgr__core_account_reg(c, kind, rl - rs + 1, 1);
-		ret = do_reg(c, rs, rl - rs + 1, racc, &mr);
+		ret = do_reg(c, pd, rs, rl - rs + 1, racc, &mr);
 	}
 	if (reserved) {
 		/* Events that came while the lock was free may drop it. */
@@ -341,7 +344,7 @@ int mrmgr__cache_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 			mrmgr__cache_apply_events(c);
 		inflight_end(c, &fl);
 		/* mrmgr_cache_move_pd() meanwhile: registered in the old PD. */
-		if (!ret && mr->pd != c->pd)
+		if (!ret && !pd && mr->pd != c->pd)
 			fl.dropped = 1;
 		if (fl.dropped && cacheable) {
 			mrmgr__mon_watch_abort(c, &watch);

@@ -22,9 +22,26 @@ static const struct mrmgr__ext *const features[] = {
 	NULL,
 };
 
+/*
+ * A cache of several PDs: the same, and one MR per PD in each region.
+ * First: it answers every get (the core looks for the first get hook),
+ * and plans no miss, so the others' order is kept.
+ */
+static const struct mrmgr__ext *const features_multipd[] = {
+	&mrmgr__ext_multipd,
+	&mrmgr__ext_grow,
+	&mrmgr__ext_odp,
+	&mrmgr__ext_share,
+	&mrmgr__ext_buf,
+	NULL,
+};
+
 MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 				    const struct mrmgr_cache_attr *attr,
 				    mrmgr_cache_t **cache)
 {
+	/* Several PDs: one MR per PD in each region (multipd.c). */
+	if (attr && (attr->comp_mask & MRMGR_CACHE_ATTR_PDS))
+		return mrmgr__multi_create(pd, attr, features_multipd, cache);
 	return mrmgr__cache_create(pd, attr, features, cache);
 }

@@ -5,11 +5,17 @@
  * and hit path are the core's) whose regions carry a table of MRs, one
  * slot per PD the cache serves (r->share->pd_mrs). The first get of a
  * range registers it in the PD that asked, through the cache's own miss
- * path (c->pd points at that PD for the duration, under the lock); gets
- * from other PDs find the region by the same lock-free walk and register
- * it in their PD only if its slot is still empty. So memory is
- * registered only in the PDs that use it, and one tree node covers them
- * all: one invalidation, one eviction, one reference count for the range.
+ * path, told which PD to register in (mrmgr__core_get_pd_locked(): the
+ * cache's own PD never changes); gets from other PDs find the region by
+ * the same lock-free walk and register it in their PD only if its slot
+ * is still empty. So memory is registered only in the PDs that use it,
+ * and one tree node covers them all: one invalidation, one eviction, one
+ * reference count for the range.
+ *
+ * A feature (mrmgr__ext_multipd, ext.h) that only caches of several PDs
+ * carry: mrmgr_cache_create() with MRMGR_CACHE_ATTR_PDS hands the core a
+ * feature list with it (features.c). A cache of one PD keeps r->mr as its
+ * only MR and pays nothing for this file.
  *
  * Why the hit path stays lock-free: a region found by the core's try_hit (hit.h)
  * is referenced and live; its slot is read with an acquire load; a slot
@@ -67,7 +73,8 @@ struct ibv_mr *mrmgr__multi_mr(const struct mrmgr_region *r, size_t i)
 void mrmgr__share_region_new(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	struct mrmgr__share *sh = r->share; /* made by region_alloc */
-	int i = mrmgr__multi_pd_index(c, c->pd);
+	/* The miss registered in the PD that asked. */
+	int i = mrmgr__multi_pd_index(c, r->mr->pd);
 
 	r->flags |= MRMGR__REGION_SHARED;
 	__atomic_store_n(&sh->pd_mrs[i], r->mr, __ATOMIC_RELEASE);
@@ -149,7 +156,7 @@ int mrmgr__multi_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 	int ret = 0;
 
 	if (i < 0) {
-		mrmgr__err("mrmgr_get_pd: the cache does not serve PD %p",
+		mrmgr__err("mrmgr_get_ex: the cache does not serve PD %p",
 			   (void *)pd);
 		return EINVAL;
 	}
@@ -162,12 +169,9 @@ int mrmgr__multi_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 		}
 	}
 	mrmgr__core_lock(c);
-	if (!r) {
-		/* The miss registers in the PD that asked. */
-		c->pd = c->share->pds[i];
-		ret = mrmgr__core_get_locked(c, start, last, access, slot, 0, &r);
-		c->pd = c->share->pds[0];
-	}
+	if (!r) /* the miss registers in the PD that asked */
+		ret = mrmgr__core_get_pd_locked(c, c->share->pds[i], start, last,
+						access, slot, 0, &r);
 	if (!ret && !r->share->pd_mrs[i]) {
 		ret = add_pd_mr(c, r, i);
 		if (ret)
@@ -179,37 +183,73 @@ int mrmgr__multi_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 	return ret;
 }
 
-/* ------------------------------------------------------------ public */
+/* ------------------------------------------------------------ hooks */
 
-MRMGR_EXPORT int mrmgr_cache_create_multi(struct ibv_pd *const *pds,
-					  size_t npds,
-					  const struct mrmgr_cache_attr *attr,
-					  mrmgr_cache_t **cache)
+/* Its per-PD MR table before the region is used. */
+static int multipd_region_alloc(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
+	return mrmgr__share_get(c, r);
+}
+
+static int multipd_get(struct mrmgr_cache *c, struct ibv_pd *pd,
+		       uint64_t start, uint64_t last, unsigned int access,
+		       unsigned int slot, struct mrmgr_region **out)
+{
+	return mrmgr__multi_get(c, pd, start, last, access, slot, out);
+}
+
+/*
+ * Only caches of several PDs carry these hooks (features.c hands
+ * mrmgr__multi_create() a list with them): a cache of one PD pays
+ * nothing for them, not even a test. Releasing the other PDs' MRs is
+ * the share set's (share.c), which owns the region's share state.
+ */
+const struct mrmgr__ext mrmgr__ext_multipd = {
+	.name = "multipd",
+	.region_alloc = multipd_region_alloc,
+	.region_added = mrmgr__share_region_new,
+	.get = multipd_get,
+	.region_mr = mrmgr__region_plain_mr,
+};
+
+/* ------------------------------------------------------------ creation */
+
+int mrmgr__multi_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
+			const struct mrmgr__ext *const *exts,
+			struct mrmgr_cache **cache)
+{
+	struct ibv_pd *const *pds = attr->pds;
+	size_t npds = attr->npds;
+	struct mrmgr_cache_attr one = *attr;
 	struct mrmgr__share_cache *sc;
 	struct mrmgr_cache *c;
 	int ret;
 
 	if (!pds || !cache || npds == 0 || npds > MAX_PDS) {
-		mrmgr__err("mrmgr_cache_create_multi: %s",
-			   !pds || !cache ? "NULL argument"
+		mrmgr__err("mrmgr_cache_create: %s",
+			   !pds || !cache ? "NULL pds or cache pointer"
 					  : "between 1 and 64 PDs");
+		return EINVAL;
+	}
+	if (pd && pd != pds[0]) {
+		mrmgr__err("mrmgr_cache_create: the PD is not the first of "
+			   "attr->pds");
 		return EINVAL;
 	}
 	for (size_t i = 0; i < npds; i++) {
 		if (!pds[i] || !pds[i]->context) {
-			mrmgr__err("mrmgr_cache_create_multi: PD %zu is NULL", i);
+			mrmgr__err("mrmgr_cache_create: PD %zu is NULL", i);
 			return EINVAL;
 		}
 		for (size_t j = 0; j < i; j++)
 			if (pds[j] == pds[i]) {
-				mrmgr__err("mrmgr_cache_create_multi: PD %zu "
+				mrmgr__err("mrmgr_cache_create: PD %zu "
 					   "repeats PD %zu", i, j);
 				return EINVAL;
 			}
 		if (mrmgr__dev_for(pds[i]->context) !=
 		    mrmgr__dev_for(pds[0]->context)) {
-			mrmgr__err("mrmgr_cache_create_multi: PD %zu is of "
+			mrmgr__err("mrmgr_cache_create: PD %zu is of "
 				   "another backend than PD 0 (simulated and "
 				   "real devices do not mix)", i);
 			return EINVAL;
@@ -225,7 +265,9 @@ MRMGR_EXPORT int mrmgr_cache_create_multi(struct ibv_pd *const *pds,
 	memcpy(sc->pds, pds, npds * sizeof(*pds));
 	sc->npds = npds;
 
-	ret = mrmgr_cache_create(pds[0], attr, &c);
+	/* The core makes the cache over the first PD; the others are ours. */
+	one.comp_mask &= ~(uint64_t)MRMGR_CACHE_ATTR_PDS;
+	ret = mrmgr__cache_create(pds[0], &one, exts, &c);
 	if (ret) {
 		free(sc->pds);
 		free(sc);
@@ -242,7 +284,7 @@ MRMGR_EXPORT int mrmgr_cache_create_multi(struct ibv_pd *const *pds,
 		c->cfg.odp_flags &= ~(uint32_t)MRMGR_ODP_AUTO_PREFETCH;
 		c->flags &= ~MRMGR__CACHE_AUTO_PREFETCH;
 		if (strict) {
-			mrmgr__err("mrmgr_cache_create_multi: ODP was asked "
+			mrmgr__err("mrmgr_cache_create: ODP was asked "
 				   "with MRMGR_ODP_STRICT, but multi-PD caches "
 				   "register pinned memory");
 			mrmgr_cache_destroy(c);
@@ -268,34 +310,6 @@ MRMGR_EXPORT int mrmgr_cache_create_multi(struct ibv_pd *const *pds,
 	mrmgr__info("multi-PD cache over %zu PDs", npds);
 	*cache = c;
 	return 0;
-}
-
-MRMGR_EXPORT int mrmgr_get_pd(mrmgr_cache_t *c, struct ibv_pd *pd, void *addr,
-			      size_t length, unsigned int access,
-			      mrmgr_region_t **region)
-{
-	uint64_t start, last;
-	int ret;
-
-	if (!c || !pd || !region) {
-		mrmgr__err("mrmgr_get_pd: NULL %s", !c ? "cache" : !pd ? "PD"
-						     : "region pointer");
-		return EINVAL;
-	}
-	if (!(c->flags & MRMGR__CACHE_MULTI_PD)) {
-		if (pd != c->pd) {
-			mrmgr__err("mrmgr_get_pd: the cache does not serve PD %p",
-				   (void *)pd);
-			return EINVAL;
-		}
-		return mrmgr_get(c, addr, length, access, region);
-	}
-	ret = mrmgr__core_check_request("mrmgr_get_pd", c, addr, length, access,
-					 &start, &last);
-	if (ret)
-		return ret;
-	return mrmgr__multi_get(c, pd, start, last, access,
-				mrmgr__thread_slot() & (c->nstripes - 1), region);
 }
 
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr_pd(const mrmgr_region_t *region,

@@ -364,7 +364,7 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 	mr = pd ? mrmgr_region_mr_pd(r, pd) : mrmgr__region_plain_mr(r);
 	if (!mr) {
 		mrmgr__err("mrmgr_region_export: the region has no MR in PD %p; "
-			   "mrmgr_get_pd() it there first", (void *)pd);
+			   "mrmgr_get_ex() it there first", (void *)pd);
 		return EINVAL;
 	}
 	ret = mrmgr__share_probe(mr->pd);
@@ -601,18 +601,6 @@ MRMGR_EXPORT int mrmgr_region_query_shares(const mrmgr_region_t *r,
 
 /* ------------------------------------------------------------ hooks */
 
-/* A multi-PD region needs its per-PD MR table before it is used. */
-static int share_region_alloc(struct mrmgr_cache *c, struct mrmgr_region *r)
-{
-	return (c->flags & MRMGR__CACHE_MULTI_PD) ? mrmgr__share_get(c, r) : 0;
-}
-
-static void share_region_added(struct mrmgr_cache *c, struct mrmgr_region *r)
-{
-	if (c->flags & MRMGR__CACHE_MULTI_PD) /* r->mr is in c->pd's slot */
-		mrmgr__share_region_new(c, r);
-}
-
 /* Its MRs in other PDs, its share-set membership. */
 static void share_region_released(struct mrmgr_cache *c,
 				  struct mrmgr_region *r)
@@ -651,22 +639,11 @@ static void share_free(struct mrmgr_cache *c)
 	mrmgr__share_cache_free(c);
 }
 
-static int share_get(struct mrmgr_cache *c, uint64_t start, uint64_t last,
-		     unsigned int access, unsigned int slot,
-		     struct mrmgr_region **out)
-{
-	return mrmgr__multi_get(c, NULL, start, last, access, slot, out);
-}
-
 const struct mrmgr__ext mrmgr__ext_share = {
 	.name = "share",
 	.free = share_free,
-	.region_alloc = share_region_alloc,
-	.region_added = share_region_added,
 	.region_released = share_region_released,
 	.region_invalidated = share_region_invalidated,
 	.destroy_begin = share_destroy_begin,
 	.destroy_check = share_destroy_check,
-	.get = share_get,
-	.region_mr = mrmgr__region_plain_mr,
 };

@@ -11,8 +11,9 @@
  *     which uses the public API only (mrmgr_export_importers() tells an
  *     export its importers).
  *
- * How the cache uses it (its hooks, mrmgr__ext_share, ext.h): a multi-PD
- * cache calls mrmgr__share_region_new() on every region it makes; a
+ * How the cache uses it (its hooks, mrmgr__ext_share and, in a cache of
+ * several PDs, mrmgr__ext_multipd, ext.h): a multi-PD cache calls
+ * mrmgr__share_region_new() on every region it makes; a
  * region with share state (r->share) calls mrmgr__share_region_release()
  * when it is deregistered and mrmgr__share_invalidated() when it is
  * invalidated; mrmgr_cache_destroy_ex() calls mrmgr__share_force() and
@@ -49,8 +50,10 @@ struct mrmgr_cache;
  */
 #define MRMGR__CACHE_MULTI_PD MRMGR__CACHE_EXT_GET
 
-/* The feature as the core sees it (ext.h): share sets, multi-PD gets. */
+/* The features as the core sees them (ext.h): share sets (every cache),
+ * one MR per PD (caches of several PDs only, multipd.c). */
 extern const struct mrmgr__ext mrmgr__ext_share;
+extern const struct mrmgr__ext mrmgr__ext_multipd;
 
 /* A region's share state; type-stable with the region (freed with the
  * cache), reset when the region is released. */
@@ -120,8 +123,13 @@ void mrmgr__share_update_set(struct mrmgr_cache *c, struct mrmgr_region *r);
 int mrmgr__share_probe(struct ibv_pd *pd);
 
 /* multipd.c */
+/* mrmgr_cache_create() with MRMGR_CACHE_ATTR_PDS: the core's cache over
+ * attr->pds[0], with the other PDs and one MR slot per PD per region. */
+int mrmgr__multi_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
+			const struct mrmgr__ext *const *exts,
+			struct mrmgr_cache **cache);
 /* A multi-PD get (pd NULL: the cache's first PD); the body of mrmgr_get()
- * and mrmgr_get_pd() on such a cache. */
+ * and mrmgr_get_ex() on such a cache. */
 int mrmgr__multi_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 		     uint64_t last, unsigned int access, unsigned int slot,
 		     struct mrmgr_region **out);

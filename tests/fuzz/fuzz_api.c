@@ -204,7 +204,9 @@ static void op_get(struct world *w, struct in *in, int ex)
 		put_slot(w, u8(in) % NSLOTS);
 		i = free_slot(w);
 	}
-	ret = ret_ok(ex ? mrmgr_get_ex(w->cache, a, len, acc, flags, &r)
+	struct mrmgr_get_attr ga = { .comp_mask = MRMGR_GET_ATTR_FLAGS,
+				     .flags = flags };
+	ret = ret_ok(ex ? mrmgr_get_ex(w->cache, a, len, acc, &ga, &r)
 			: mrmgr_get(w->cache, a, len, acc, &r));
 	if (ret)
 		return;

@@ -171,7 +171,9 @@ static mrmgr_region_t *get_pinned(struct rdma_fixture *f, mrmgr_cache_t *c,
 {
 	long before = vmpin_kib();
 	mrmgr_region_t *r = NULL;
-	int ret = mrmgr_get_ex(c, buf, len, access, get_flags, &r);
+	struct mrmgr_get_attr ga = { .comp_mask = MRMGR_GET_ATTR_FLAGS,
+				     .flags = get_flags };
+	int ret = mrmgr_get_ex(c, buf, len, access, &ga, &r);
 
 	cr_assert_eq(ret, 0, "mrmgr_get_ex(%p, %zu): %s", buf, len, strerror(ret));
 	struct ibv_mr *mr = mrmgr_region_mr(r);
@@ -479,9 +481,11 @@ Test(rxe_odp, prefetch_is_a_counted_noop_and_never_calls_advise)
 					MRMGR_GET_PREFETCH);
 	for (unsigned int k = 0; k < rounds; k++) {
 		mrmgr_region_t *h = NULL;
+		struct mrmgr_get_attr ga = { .comp_mask = MRMGR_GET_ATTR_FLAGS,
+					     .flags = MRMGR_GET_PREFETCH };
 
-		cr_assert_eq(mrmgr_get_ex(c, dst + 4096, 8192, RXE_RW,
-					  MRMGR_GET_PREFETCH, &h), 0);
+		cr_assert_eq(mrmgr_get_ex(c, dst + 4096, 8192, RXE_RW, &ga, &h),
+			     0);
 		cr_assert_eq(h, rd, "a hit on the destination region");
 		mrmgr_put(h);
 	}

@@ -48,8 +48,11 @@ static mrmgr_cache_t *multi_cache(struct rdma_fixture f[2])
 	struct mrmgr_cache_attr a = rxe_cache_attr(0, 0, MRMGR_CACHE_NO_MERGE);
 	mrmgr_cache_t *c = NULL;
 
-	cr_assert_eq(mrmgr_cache_create_multi(pds, 2, &a, &c), 0,
-		     "mrmgr_cache_create_multi on %s + %s", f[0].name, f[1].name);
+	a.comp_mask |= MRMGR_CACHE_ATTR_PDS;
+	a.pds = pds;
+	a.npds = 2;
+	cr_assert_eq(mrmgr_cache_create(NULL, &a, &c), 0,
+		     "a cache over %s + %s", f[0].name, f[1].name);
 	return c;
 }
 
@@ -57,9 +60,11 @@ static mrmgr_region_t *get_pd(mrmgr_cache_t *c, struct ibv_pd *pd, void *addr,
 			      size_t len, unsigned int access)
 {
 	mrmgr_region_t *r = NULL;
-	int ret = mrmgr_get_pd(c, pd, addr, len, access, &r);
+	struct mrmgr_get_attr ga = { .comp_mask = MRMGR_GET_ATTR_PD, .pd = pd };
+	int ret = mrmgr_get_ex(c, addr, len, access, &ga, &r);
 
-	cr_assert_eq(ret, 0, "mrmgr_get_pd(%p, %zu): %s", addr, len, strerror(ret));
+	cr_assert_eq(ret, 0, "mrmgr_get_ex(%p, %zu, pd): %s", addr, len,
+		     strerror(ret));
 	return r;
 }
 

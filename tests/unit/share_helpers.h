@@ -28,6 +28,30 @@ struct mfx {
 	mrmgr_cache_t *cache;
 };
 
+/* A cache over npds PDs: mrmgr_cache_create() with MRMGR_CACHE_ATTR_PDS
+ * added to attr (NULL: the defaults). */
+static inline int create_multi(struct ibv_pd *const *pds, size_t npds,
+			       const struct mrmgr_cache_attr *attr,
+			       mrmgr_cache_t **cache)
+{
+	struct mrmgr_cache_attr a = attr ? *attr : (struct mrmgr_cache_attr){ 0 };
+
+	a.comp_mask |= MRMGR_CACHE_ATTR_PDS;
+	a.pds = pds;
+	a.npds = npds;
+	return mrmgr_cache_create(NULL, &a, cache);
+}
+
+/* A get for one PD: mrmgr_get_ex() with MRMGR_GET_ATTR_PD. */
+static inline int get_pd(mrmgr_cache_t *cache, struct ibv_pd *pd, void *addr,
+			 size_t length, unsigned int access,
+			 mrmgr_region_t **region)
+{
+	struct mrmgr_get_attr ga = { .comp_mask = MRMGR_GET_ATTR_PD, .pd = pd };
+
+	return mrmgr_get_ex(cache, addr, length, access, &ga, region);
+}
+
 /* npd PDs, on one device (devices 1) or one device each (devices npd). */
 static inline void mfx_open(struct mfx *m, size_t npd, size_t devices,
 			    const struct mrmgr_sim_attr *sa,
@@ -40,7 +64,7 @@ static inline void mfx_open(struct mfx *m, size_t npd, size_t devices,
 			cr_assert_eq(mrmgr_sim_open(sa, &m->ctx[i]), 0);
 		cr_assert_eq(mrmgr_sim_alloc_pd(m->ctx[i < devices ? i : 0], &m->pd[i]), 0);
 	}
-	cr_assert_eq(mrmgr_cache_create_multi(m->pd, npd, ca, &m->cache), 0);
+	cr_assert_eq(create_multi(m->pd, npd, ca, &m->cache), 0);
 }
 
 static inline void mfx_close(struct mfx *m)

@@ -53,6 +53,16 @@ static void teardown(void)
 
 TestSuite(odp, .init = setup, .fini = teardown);
 
+/* mrmgr_get_ex() with per-call flags (MRMGR_GET_ATTR_FLAGS). */
+static int get_flags(mrmgr_cache_t *c, void *addr, size_t length,
+		     unsigned int access, uint64_t flags, mrmgr_region_t **r)
+{
+	struct mrmgr_get_attr ga = { .comp_mask = MRMGR_GET_ATTR_FLAGS,
+				     .flags = flags };
+
+	return mrmgr_get_ex(c, addr, length, access, &ga, r);
+}
+
 static struct mrmgr_cache_attr odp_attr(uint32_t mode, uint32_t flags)
 {
 	struct mrmgr_cache_attr a = {
@@ -805,11 +815,21 @@ Test(odp, get_ex_prefetch_flag_hints_the_requested_range)
 	char *buf = map_rw(32 * PG, 1), w[4 * 4096];
 
 	fx_open(&f, NULL, &a);
-	cr_assert_eq(mrmgr_get_ex(f.cache, buf, PG, RW, 1u << 5, &r), EINVAL);
-	cr_assert_eq(mrmgr_get_ex(f.cache, buf, PG, RW,
+	cr_assert_eq(get_flags(f.cache, buf, PG, RW, 1u << 5, &r), EINVAL);
+	struct mrmgr_get_attr bad = { .comp_mask = 1u << 7 };
+	cr_assert_eq(mrmgr_get_ex(f.cache, buf, PG, RW, &bad, &r), EINVAL,
+		     "unknown comp_mask bits are refused");
+	/* Flags without their comp_mask bit are not read. */
+	bad = (struct mrmgr_get_attr){ .flags = 1u << 5 };
+	cr_assert_eq(mrmgr_get_ex(f.cache, buf, PG, RW, &bad, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(mrmgr_get_ex(f.cache, buf, PG, RW, NULL, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(sstats(f.ctx).advise_calls, 0, "no flag, no hint");
+	cr_assert_eq(get_flags(f.cache, buf, PG, RW,
 				  MRMGR_GET_PREFETCH | MRMGR_GET_NO_PREFETCH, &r),
 		     EINVAL);
-	cr_assert_eq(mrmgr_get_ex(f.cache, buf + 8 * PG, 4 * PG, RW,
+	cr_assert_eq(get_flags(f.cache, buf + 8 * PG, 4 * PG, RW,
 				  MRMGR_GET_PREFETCH, &r), 0);
 	cr_assert_eq(sstats(f.ctx).advise_calls, 1);
 	struct mrmgr_stats s = cstats(f.cache);
@@ -846,7 +866,7 @@ Test(odp, auto_prefetch_policy_hints_every_get_of_odp_regions)
 				    rd, sizeof(rd)), 0);
 	cr_assert_eq(sstats(f.ctx).odp_faults, 0);
 	mrmgr_put(r);
-	cr_assert_eq(mrmgr_get_ex(f.cache, buf, PG, IBV_ACCESS_REMOTE_READ,
+	cr_assert_eq(get_flags(f.cache, buf, PG, IBV_ACCESS_REMOTE_READ,
 				  MRMGR_GET_NO_PREFETCH, &r), 0);
 	mrmgr_put(r);
 	cr_assert_eq(sstats(f.ctx).advise_calls, 2, "opted out");
@@ -857,7 +877,7 @@ Test(odp, auto_prefetch_policy_hints_every_get_of_odp_regions)
 	struct mrmgr_sim_attr rxe = sim_attr(MRMGR_SIM_RXE, 0);
 	a.odp_mode = MRMGR_ODP_AUTO;
 	fx_open(&f, &rxe, &a);
-	cr_assert_eq(mrmgr_get_ex(f.cache, buf, PG, RW, MRMGR_GET_PREFETCH, &r), 0);
+	cr_assert_eq(get_flags(f.cache, buf, PG, RW, MRMGR_GET_PREFETCH, &r), 0);
 	mrmgr_put(r);
 	cr_assert_eq(sstats(f.ctx).advise_calls, 0);
 	cr_assert_eq(cstats(f.cache).prefetch_calls, 0);

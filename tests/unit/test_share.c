@@ -157,8 +157,8 @@ Test(share, owner_invalidated_while_members_are_in_use)
 	char *buf = map_rw(len, 0);
 
 	mfx_open(&m, 2, 1, NULL, &big);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[0], buf, len, RW, &r0), 0);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf, len, RW, &r1), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[0], buf, len, RW, &r0), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf, len, RW, &r1), 0);
 	cr_assert_eq(mrmgr_region_export(r0, m.pd[1], &e), 0);
 	mrmgr_import_t *im = import_here(e, &imp);
 	cr_assert_eq(mrmgr_import_rkey(im), mrmgr_region_rkey_pd(r0, m.pd[1]));
@@ -182,7 +182,7 @@ Test(share, owner_invalidated_while_members_are_in_use)
 
 	/* The memory is replaced. Nothing old is handed out again. */
 	remap_fixed(buf, len, 'N');
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf, len, RW, &fresh), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf, len, RW, &fresh), 0);
 	cr_assert_neq(fresh, r0);
 	cr_assert_neq(mrmgr_region_rkey_pd(fresh, m.pd[1]), mrmgr_region_rkey_pd(r1, m.pd[1]));
 	cr_assert_eq(write_via(m.pd[1], mrmgr_region_rkey_pd(fresh, m.pd[1]), buf, len, 'F'), 0);
@@ -298,11 +298,11 @@ Test(share, growth_of_a_multi_pd_region_leaves_the_old_set_to_its_holders)
 	char *buf = map_rw(128 * KiB, 0);
 
 	mfx_open(&m, 2, 1, NULL, &big);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[0], buf, 16 * KiB, RW, &r0), 0);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf, 16 * KiB, RW, &r1), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[0], buf, 16 * KiB, RW, &r0), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf, 16 * KiB, RW, &r1), 0);
 	mrmgr_put(r0);
 	uint64_t reregs = sstats(m.ctx[0]).reregs; /* the cache's probe made one */
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[0], buf, 64 * KiB, RW, &grown), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[0], buf, 64 * KiB, RW, &grown), 0);
 	cr_assert_neq(grown, r1);
 	cr_assert_eq(sstats(m.ctx[0]).reregs, reregs);
 	cr_assert_null(mrmgr_region_mr_pd(grown, m.pd[1]), "a new set: only the PD that asked");
@@ -326,11 +326,11 @@ Test(share, an_idle_multi_pd_region_is_never_rereg_in_place)
 
 	mfx_open(&m, 2, 1, NULL, &big);
 	for (int i = 0; i < 2; i++) {
-		cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[i], buf, 16 * KiB, RW, &r), 0);
+		cr_assert_eq(get_pd(m.cache, m.pd[i], buf, 16 * KiB, RW, &r), 0);
 		mrmgr_put(r);
 	}
 	uint64_t reregs = sstats(m.ctx[0]).reregs;
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[0], buf, 64 * KiB, RW, &r), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[0], buf, 64 * KiB, RW, &r), 0);
 	cr_assert_eq(sstats(m.ctx[0]).reregs, reregs,
 		     "a rereg would change one PD's MR and leave the other's");
 	cr_assert_geq(cstats(m.cache).rereg_fallback_shared, 1);

@@ -23,12 +23,12 @@ Test(multipd, each_pd_gets_its_own_mr_of_one_region_lazily)
 	char *buf = map_rw(64 * KiB, 0);
 
 	mfx_open(&m, 2, 1, NULL, &big);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[0], buf, 64 * KiB, RW, &r0), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[0], buf, 64 * KiB, RW, &r0), 0);
 	cr_assert_not_null(mrmgr_region_mr_pd(r0, m.pd[0]));
 	cr_assert_null(mrmgr_region_mr_pd(r0, m.pd[1]), "not registered where nobody asked");
 	cr_assert_eq(sstats(m.ctx[0]).live_mrs, 1);
 
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf + 4 * KiB, 100, RW, &r1), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf + 4 * KiB, 100, RW, &r1), 0);
 	cr_assert_eq(r1, r0, "one region for the range, whatever the PD");
 	struct ibv_mr *mr0 = mrmgr_region_mr_pd(r1, m.pd[0]);
 	struct ibv_mr *mr1 = mrmgr_region_mr_pd(r1, m.pd[1]);
@@ -52,7 +52,7 @@ Test(multipd, each_pd_gets_its_own_mr_of_one_region_lazily)
 	cr_assert_eq(write_via(m.pd[0], mr1->rkey, buf, 4 * KiB, 'x'), ENOENT);
 
 	/* Now both PDs hit without registering. */
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf, 64 * KiB, RW, &again), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf, 64 * KiB, RW, &again), 0);
 	cr_assert_eq(again, r0);
 	mrmgr_put(again);
 	cr_assert_eq(mrmgr_get(m.cache, buf, 64 * KiB, RW, &again), 0);
@@ -93,7 +93,7 @@ Test(multipd, a_region_first_asked_in_another_pd_has_no_first_pd_mr_until_asked)
 	char *buf = map_rw(16 * KiB, 0);
 
 	mfx_open(&m, 3, 1, NULL, &big);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[2], buf, 16 * KiB, RW, &r), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[2], buf, 16 * KiB, RW, &r), 0);
 	cr_assert_null(mrmgr_region_mr(r));
 	cr_assert_eq(mrmgr_region_lkey(r), 0);
 	cr_assert_not_null(mrmgr_region_mr_pd(r, m.pd[2]));
@@ -117,12 +117,12 @@ Test(multipd, invalidation_drops_the_range_in_every_pd_and_holders_keep_theirs)
 	char *buf = map_rw(32 * KiB, 0);
 
 	mfx_open(&m, 2, 1, NULL, &big);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[0], buf, 32 * KiB, RW, &a), 0);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf, 32 * KiB, RW, &b), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[0], buf, 32 * KiB, RW, &a), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf, 32 * KiB, RW, &b), 0);
 	uint32_t k0 = mrmgr_region_rkey_pd(a, m.pd[0]), k1 = mrmgr_region_rkey_pd(b, m.pd[1]);
 	cr_assert_eq(mrmgr_invalidate(m.cache, buf + 4 * KiB, 1), 0);
 	/* No later get returns the old registration, in either PD. */
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf, 32 * KiB, RW, &fresh), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf, 32 * KiB, RW, &fresh), 0);
 	cr_assert_neq(fresh, a);
 	cr_assert_neq(mrmgr_region_rkey_pd(fresh, m.pd[1]), k1);
 	cr_assert_null(mrmgr_region_mr_pd(fresh, m.pd[0]));
@@ -160,9 +160,9 @@ Test(multipd, the_region_limit_counts_every_mr_and_eviction_takes_them_all)
 
 	mfx_open(&m, 2, 1, NULL, &a);
 	/* Region A in both PDs: 2 MRs. */
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[0], buf, 16 * KiB, RW, &r), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[0], buf, 16 * KiB, RW, &r), 0);
 	mrmgr_put(r);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf, 16 * KiB, RW, &r), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf, 16 * KiB, RW, &r), 0);
 	mrmgr_put(r);
 	/* B: the third MR fits. */
 	cr_assert_eq(mrmgr_get(m.cache, buf + 16 * KiB, 16 * KiB, RW, &r), 0);
@@ -182,7 +182,7 @@ Test(multipd, the_region_limit_counts_every_mr_and_eviction_takes_them_all)
 	cr_assert_eq(s.pinned_bytes, 2 * 16 * KiB);
 	cr_assert_eq(sstats(m.ctx[0]).live_mrs, 2);
 	/* B's MR in the second PD fits beside B and C: 3 MRs. */
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf + 16 * KiB, 16 * KiB, RW, &r), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf + 16 * KiB, 16 * KiB, RW, &r), 0);
 	cr_assert_eq(cstats(m.cache).regions, 3);
 	cr_assert_not_null(mrmgr_region_mr_pd(r, m.pd[1]));
 	mrmgr_put(r);
@@ -201,9 +201,9 @@ Test(multipd, the_byte_limit_counts_each_registration)
 	char *buf = map_rw(96 * KiB, 0);
 
 	mfx_open(&m, 2, 1, NULL, &a);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[0], buf, 32 * KiB, RW, &r), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[0], buf, 32 * KiB, RW, &r), 0);
 	mrmgr_put(r);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf, 32 * KiB, RW, &r), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf, 32 * KiB, RW, &r), 0);
 	mrmgr_put(r);
 	cr_assert_eq(cstats(m.cache).pinned_bytes, 64 * KiB);
 	/* 32 KiB more do not fit beside 2 x 32 KiB: the region goes. */
@@ -222,9 +222,9 @@ Test(multipd, pds_of_two_devices)
 	char *buf = map_rw(16 * KiB, 0);
 
 	mfx_open(&m, 2, 2, NULL, &big);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[0], buf, 16 * KiB, RW, &r), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[0], buf, 16 * KiB, RW, &r), 0);
 	mrmgr_put(r);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf, 16 * KiB, RW, &r), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf, 16 * KiB, RW, &r), 0);
 	cr_assert_eq(mrmgr_region_mr_pd(r, m.pd[1])->context, m.ctx[1]);
 	cr_assert_eq(sstats(m.ctx[0]).live_mrs, 1);
 	cr_assert_eq(sstats(m.ctx[1]).live_mrs, 1);
@@ -254,25 +254,43 @@ Test(multipd, bad_input)
 	cr_assert_eq(mrmgr_sim_open(NULL, &other), 0);
 	cr_assert_eq(mrmgr_sim_alloc_pd(other, &foreign), 0);
 	struct ibv_pd *dup[2] = { m.pd[0], m.pd[0] };
-	cr_assert_eq(mrmgr_cache_create_multi(dup, 2, NULL, &c), EINVAL);
-	cr_assert_eq(mrmgr_cache_create_multi(NULL, 2, NULL, &c), EINVAL);
-	cr_assert_eq(mrmgr_cache_create_multi(m.pd, 0, NULL, &c), EINVAL);
-	cr_assert_eq(mrmgr_cache_create_multi(m.pd, 65, NULL, &c), EINVAL);
-	cr_assert_eq(mrmgr_get_pd(m.cache, foreign, buf, 4 * KiB, RW, &r), EINVAL);
-	cr_assert_eq(mrmgr_get_pd(m.cache, NULL, buf, 4 * KiB, RW, &r), EINVAL);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], NULL, 4 * KiB, RW, &r), EINVAL);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf, 4 * KiB, IBV_ACCESS_REMOTE_WRITE, &r), EINVAL);
+	cr_assert_eq(create_multi(dup, 2, NULL, &c), EINVAL);
+	cr_assert_eq(create_multi(NULL, 2, NULL, &c), EINVAL);
+	cr_assert_eq(create_multi(m.pd, 0, NULL, &c), EINVAL);
+	cr_assert_eq(create_multi(m.pd, 65, NULL, &c), EINVAL);
+	/* The pd argument, when given, is the first of the PDs. */
+	struct mrmgr_cache_attr pa = { .comp_mask = MRMGR_CACHE_ATTR_PDS,
+				       .pds = m.pd, .npds = 2 };
+	cr_assert_eq(mrmgr_cache_create(m.pd[1], &pa, &c), EINVAL);
+	cr_assert_eq(mrmgr_cache_create(m.pd[0], &pa, &c), 0);
+	cr_assert_eq(get_pd(c, m.pd[1], buf, 4 * KiB, RW, &r), 0);
+	cr_assert_not_null(mrmgr_region_mr_pd(r, m.pd[1]));
+	cr_assert_eq(mrmgr_region_mr_pd(r, m.pd[1])->pd, m.pd[1],
+		     "registered in the PD asked, not the cache's first");
+	cr_assert_null(mrmgr_region_mr(r), "nothing asked in the first PD");
+	mrmgr_put(r);
+	cr_assert_eq(mrmgr_cache_destroy(c), 0);
+	/* The pds fields are not read without their comp_mask bit: a plain
+	 * cache of pd, which serves no other PD. */
+	pa.comp_mask = 0;
+	cr_assert_eq(mrmgr_cache_create(m.pd[1], &pa, &c), 0);
+	cr_assert_eq(get_pd(c, m.pd[0], buf, 4 * KiB, RW, &r), EINVAL);
+	cr_assert_eq(mrmgr_cache_destroy(c), 0);
+	cr_assert_eq(get_pd(m.cache, foreign, buf, 4 * KiB, RW, &r), EINVAL);
+	cr_assert_eq(get_pd(m.cache, NULL, buf, 4 * KiB, RW, &r), EINVAL);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], NULL, 4 * KiB, RW, &r), EINVAL);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf, 4 * KiB, IBV_ACCESS_REMOTE_WRITE, &r), EINVAL);
 	cr_assert_eq(mrmgr_cache_move_pd(m.cache, m.pd[1]), EINVAL);
 	cr_assert_null(mrmgr_region_mr_pd(NULL, m.pd[0]));
 	cr_assert_eq(mrmgr_region_lkey_pd(NULL, m.pd[0]), 0);
 	cr_assert_gt(captured.lines, 8, "each refusal is logged");
-	/* A single-PD cache takes mrmgr_get_pd() with its own PD. */
+	/* A single-PD cache takes a get for its own PD. */
 	cr_assert_eq(mrmgr_cache_create(foreign, NULL, &c), 0);
-	cr_assert_eq(mrmgr_get_pd(c, foreign, buf, 4 * KiB, RW, &r), 0);
+	cr_assert_eq(get_pd(c, foreign, buf, 4 * KiB, RW, &r), 0);
 	cr_assert_eq(mrmgr_region_mr_pd(r, foreign), mrmgr_region_mr(r));
 	cr_assert_null(mrmgr_region_mr_pd(r, m.pd[0]));
 	mrmgr_put(r);
-	cr_assert_eq(mrmgr_get_pd(c, m.pd[0], buf, 4 * KiB, RW, &r), EINVAL);
+	cr_assert_eq(get_pd(c, m.pd[0], buf, 4 * KiB, RW, &r), EINVAL);
 	cr_assert_eq(mrmgr_cache_destroy(c), 0);
 	capture_stop();
 	cr_assert_eq(mrmgr_sim_dealloc_pd(foreign), 0);
@@ -294,7 +312,7 @@ Test(multipd, odp_is_turned_off_and_strict_odp_refused)
 	cr_assert_eq(mrmgr_sim_open(NULL, &ctx), 0);
 	cr_assert_eq(mrmgr_sim_alloc_pd(ctx, &pd[0]), 0);
 	cr_assert_eq(mrmgr_sim_alloc_pd(ctx, &pd[1]), 0);
-	cr_assert_eq(mrmgr_cache_create_multi(pd, 2, &a, &c), 0);
+	cr_assert_eq(create_multi(pd, 2, &a, &c), 0);
 	cr_assert_eq(mrmgr_cache_query_odp(c, &oi, sizeof(oi)), 0);
 	cr_assert_eq(oi.mode, MRMGR_ODP_OFF);
 	cr_assert_eq(mrmgr_cache_destroy(c), 0);
@@ -302,7 +320,7 @@ Test(multipd, odp_is_turned_off_and_strict_odp_refused)
 	a.odp_mode = MRMGR_ODP_EXPLICIT;
 	a.odp_flags = MRMGR_ODP_STRICT;
 	capture_start();
-	cr_assert_eq(mrmgr_cache_create_multi(pd, 2, &a, &c), EOPNOTSUPP);
+	cr_assert_eq(create_multi(pd, 2, &a, &c), EOPNOTSUPP);
 	capture_stop();
 	cr_assert_eq(sstats(ctx).live_mrs, 0);
 	cr_assert_eq(mrmgr_sim_dealloc_pd(pd[0]), 0);
@@ -320,7 +338,7 @@ Test(multipd, cache_disabled_registers_in_the_pd_asked_and_drops_at_put)
 	char *buf = map_rw(8 * KiB, 0);
 
 	mfx_open(&m, 2, 1, NULL, &a);
-	cr_assert_eq(mrmgr_get_pd(m.cache, m.pd[1], buf, 8 * KiB, RW, &r), 0);
+	cr_assert_eq(get_pd(m.cache, m.pd[1], buf, 8 * KiB, RW, &r), 0);
 	cr_assert_not_null(mrmgr_region_mr_pd(r, m.pd[1]));
 	cr_assert_eq(sstats(m.ctx[0]).live_mrs, 1);
 	mrmgr_put(r);
@@ -357,7 +375,7 @@ static void *worker(void *arg)
 				t->errors++;
 			continue;
 		}
-		if (mrmgr_get_pd(t->m->cache, t->m->pd[pdi], p, SLOT, RW, &r)) {
+		if (get_pd(t->m->cache, t->m->pd[pdi], p, SLOT, RW, &r)) {
 			t->errors++;
 			continue;
 		}
