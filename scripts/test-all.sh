@@ -76,7 +76,8 @@ test_monitor_sources: the same assumptions (it waits for events glibc's free wou
 test_monitor_hooks: libmrmgr_hooks.so interposes malloc/free ahead of libc; under ASan its self-test fails (EPROTO), so no hooks source exists
 test_monitor_cases: the issue-11 cases drive glibc's allocator (mallopt, arena trims, address reuse) and need a two-sided source, which steps aside under a sanitizer
 test_monitor_cases_hooks: the same, with libmrmgr_hooks.so ahead of libc (see test_monitor_hooks)
-test_monitor_patch: the patch source steps aside under a sanitizer by design (ASan intercepts the same libc calls); its fallback is what the suite's fallback tests check"
+test_monitor_patch: the patch source steps aside under a sanitizer by design (ASan intercepts the same libc calls); its fallback is what the suite's fallback tests check
+test_monitor_patch_chain: chaining over another patcher needs the patch source, which steps aside under a sanitizer, and glibc's mallopt (ASan's allocator refuses it)"
 	mkdir -p "$top/build-asan"
 	cd "$top/build-asan"
 	[ -f Makefile ] || ../configure -q --enable-sanitizers CFLAGS='-g -O1'

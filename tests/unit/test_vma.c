@@ -23,8 +23,10 @@
 
 #define PG ((size_t)4096)
 
+/* Room for every mapping of a test process: a sanitizer's allocator and
+ * shadow add hundreds. */
 struct seen {
-	struct mrmgr__vma v[256];
+	struct mrmgr__vma v[16384];
 	size_t n;
 };
 
