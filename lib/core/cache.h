@@ -74,6 +74,7 @@ struct mrmgr_cache {
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
 	const struct mrmgr__ext *const *exts; /* the features (ext.h) */
+	unsigned int ext_hooks; /* which per-region hooks any feature has (ext.c) */
 	unsigned int reg_access;         /* ORed into every registration */
 	int unpinned;                    /* registrations pin nothing (ODP):
 					  * max_bytes bounds no merge */

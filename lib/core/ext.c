@@ -17,8 +17,17 @@
 					    *e;                            \
 	     e##_at && (e = *e##_at) != NULL; e##_at++)
 
+/* Hooks of the miss path that no feature may have: their runners return
+ * at once instead of walking the list (every miss calls them). */
+enum { HAS_ALLOC = 1, HAS_ADDED = 2, HAS_RELEASED = 4 };
+
 int mrmgr__ext_init(struct mrmgr_cache *c)
 {
+	c->ext_hooks = 0;
+	EACH(c, e)
+		c->ext_hooks |= (e->region_alloc ? HAS_ALLOC : 0) |
+				(e->region_added ? HAS_ADDED : 0) |
+				(e->region_released ? HAS_RELEASED : 0);
 	EACH(c, e) {
 		int ret = e->init ? e->init(c) : 0;
 
@@ -67,6 +76,8 @@ int mrmgr__ext_plan_miss(struct mrmgr_cache *c, struct mrmgr__miss *m,
 
 int mrmgr__ext_region_alloc(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
+	if (!(c->ext_hooks & HAS_ALLOC))
+		return 0;
 	EACH(c, e) {
 		int ret = e->region_alloc ? e->region_alloc(c, r) : 0;
 
@@ -78,6 +89,8 @@ int mrmgr__ext_region_alloc(struct mrmgr_cache *c, struct mrmgr_region *r)
 
 void mrmgr__ext_region_added(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
+	if (!(c->ext_hooks & HAS_ADDED))
+		return;
 	EACH(c, e)
 		if (e->region_added)
 			e->region_added(c, r);
@@ -85,6 +98,8 @@ void mrmgr__ext_region_added(struct mrmgr_cache *c, struct mrmgr_region *r)
 
 void mrmgr__ext_region_released(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
+	if (!(c->ext_hooks & HAS_RELEASED))
+		return;
 	EACH(c, e)
 		if (e->region_released)
 			e->region_released(c, r);

@@ -24,11 +24,15 @@
 
 static unsigned int level_of(uint64_t pages, unsigned int page_shift)
 {
-	unsigned int l = page_shift;
+	/* The least l >= page_shift with 2^(l - page_shift) >= pages, at
+	 * most 63: no loop (every insert, removal and shifted slot asks). */
+	unsigned int l = page_shift +
+			 (pages > 1 ? 64u - (unsigned int)__builtin_clzll(pages - 1)
+				    : 0u);
 
-	while (l < 63 && (UINT64_C(1) << (l - page_shift)) < pages)
-		l++;
-	return l;
+	if (page_shift >= 63)
+		return page_shift;
+	return l < 63 ? l : 63;
 }
 
 /* Whether the index can hold a region, and its packed range. */

@@ -46,17 +46,25 @@ static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
 	uint64_t s = *start, l = *last, req = l - s, as = s, al = l;
 	unsigned int acc = *access;
 	int grown, joined = 0, growth = 0;
+	uint64_t qs = s ? s - 1 : 0, ql = l != UINT64_MAX ? l + 1 : l;
+	/* The usual miss: nothing overlaps or touches the request, one
+	 * walk down the tree says so. */
+	struct mrmgr__itree_node *first =
+		mrmgr__itree_first_overlap(&c->tree, qs, ql);
 
+	if (!first)
+		return 0;
 	for (struct mrmgr__itree_node *n =
 		     mrmgr__itree_first_overlap(&c->tree, s, l);
 	     n && !growth; n = mrmgr__itree_next_overlap(n, s, l))
 		growth = mrmgr__core_joins(mrmgr__node_region(n), s, l, s, l);
 	do {
-		uint64_t qs = s ? s - 1 : 0, ql = l != UINT64_MAX ? l + 1 : l;
-
+		qs = s ? s - 1 : 0;
+		ql = l != UINT64_MAX ? l + 1 : l;
 		grown = 0;
 		for (struct mrmgr__itree_node *n =
-			     mrmgr__itree_first_overlap(&c->tree, qs, ql);
+			     first ? first
+				   : mrmgr__itree_first_overlap(&c->tree, qs, ql);
 		     n; n = mrmgr__itree_next_overlap(n, qs, ql)) {
 			struct mrmgr_region *r = mrmgr__node_region(n);
 
@@ -81,6 +89,7 @@ static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
 			acc |= mrmgr__node_region(n)->access;
 			joined = 1;
 		}
+		first = NULL;
 		if (l - s >= limit)
 			return 0;
 	} while (grown);

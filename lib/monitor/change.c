@@ -82,14 +82,25 @@ struct change_slot {
 
 static struct change_slot slots[CHANGE_SLOTS];
 static uint64_t no_slot;    /* changes in flight without a slot */
+/*
+ * Changes between their begin and the end of their end: raised before
+ * the slot claim (A) and lowered after the slot is freed (or no_slot
+ * lowered), both sequentially consistent, so a commit (K) that reads
+ * zero comes after the free of every slot claimed before K, which the
+ * argument above already covers (the slot was freed before K). A commit
+ * then skips the walk over all slots, the usual case.
+ */
+static uint64_t busy;
 static uint64_t slot_gen;   /* generation source, never reused */
 uint64_t mrmgr__mon_change_count; /* begins, for the report */
 
 void mrmgr__mon_change_begin(uint64_t start, uint64_t last)
 {
-	uint64_t gen = (__atomic_add_fetch(&slot_gen, 1, __ATOMIC_RELAXED) << 2);
+	uint64_t gen;
 	unsigned int i;
 
+	__atomic_fetch_add(&busy, 1, __ATOMIC_SEQ_CST);
+	gen = __atomic_add_fetch(&slot_gen, 1, __ATOMIC_RELAXED) << 2;
 	__atomic_fetch_add(&mrmgr__mon_change_count, 1, __ATOMIC_RELAXED);
 	for (i = 0; i < CHANGE_SLOTS; i++) {
 		uint64_t zero = 0;
@@ -126,7 +137,7 @@ void mrmgr__mon_change_end(uint64_t start, uint64_t last)
 		if (__atomic_compare_exchange_n(&slots[i].state, &s, 0, 0,
 						__ATOMIC_SEQ_CST,
 						__ATOMIC_RELAXED))
-			return;
+			goto done;
 	}
 	/* Our begin found no slot (or another thread with the same range
 	 * freed ours, and we free nothing but the count it left). */
@@ -135,11 +146,15 @@ void mrmgr__mon_change_end(uint64_t start, uint64_t last)
 						__ATOMIC_SEQ_CST,
 						__ATOMIC_SEQ_CST))
 			break;
+done:
+	__atomic_fetch_sub(&busy, 1, __ATOMIC_SEQ_CST);
 }
 
 int mrmgr__mon_change_in_flight(uint64_t start, uint64_t last)
 {
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!__atomic_load_n(&busy, __ATOMIC_SEQ_CST))
+		return 0;
 	if (__atomic_load_n(&no_slot, __ATOMIC_SEQ_CST))
 		return 1;
 	for (unsigned int i = 0; i < CHANGE_SLOTS; i++) {
@@ -168,6 +183,7 @@ void mrmgr__mon_change_fork_child(void)
 	for (unsigned int i = 0; i < CHANGE_SLOTS; i++)
 		__atomic_store_n(&slots[i].state, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&no_slot, 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&busy, 0, __ATOMIC_SEQ_CST);
 }
 
 /* At load, before any change can be in flight: a fork child must not
