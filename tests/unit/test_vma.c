@@ -49,9 +49,13 @@ struct layout {
 
 static void layout_make(struct layout *l)
 {
-	l->base = mmap(NULL, 12 * PG, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+	/* A PROT_NONE guard page at each end, so the first and last
+	 * mappings cannot merge with a neighbour of the same kind (a
+	 * sanitizer's allocator maps read-write memory right beside). */
+	l->base = mmap(NULL, 14 * PG, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
 		       -1, 0);
 	cr_assert_neq(l->base, MAP_FAILED);
+	l->base += PG;
 	l->fd = memfd_create("vma-test", MFD_CLOEXEC);
 	cr_assert_geq(l->fd, 0);
 	cr_assert_eq(ftruncate(l->fd, 8 * PG), 0);
@@ -74,7 +78,7 @@ static void layout_make(struct layout *l)
 
 static void layout_free(struct layout *l)
 {
-	munmap(l->base, 12 * PG);
+	munmap(l->base - PG, 14 * PG);
 	close(l->fd);
 }
 
