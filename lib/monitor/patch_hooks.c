@@ -84,6 +84,26 @@ static inline int span(uintptr_t a, size_t l, uint64_t *s, uint64_t *e)
 	return 1;
 }
 
+/*
+ * The ranges an mremap may take away: everything when it may move
+ * (@may_move), the tail when it shrinks in place, nothing when it grows
+ * in place; and with MREMAP_FIXED whatever was at dest. Each begin
+ * before the call and each end after it, by the direct and the chained
+ * hook alike.
+ */
+static inline void mremap_spans(void *old, size_t old_len, size_t new_len,
+				int flags, void *dest, int may_move,
+				uint64_t sp[4], int rep[2])
+{
+	if (may_move)
+		rep[0] = span((uintptr_t)old, old_len, &sp[0], &sp[1]);
+	else if (new_len < old_len)
+		rep[0] = span((uintptr_t)old + new_len, old_len - new_len,
+			      &sp[0], &sp[1]);
+	if (flags & MREMAP_FIXED)
+		rep[1] = span((uintptr_t)dest, new_len, &sp[2], &sp[3]);
+}
+
 /* ------------------------------------------------------------ hooks */
 
 static int hook_munmap(void *a, size_t l)
@@ -110,8 +130,8 @@ static int hook_munmap(void *a, size_t l)
 static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags,
 			 void *dest)
 {
-	uint64_t os = 0, oe = 0, ns = 0, ne = 0;
-	int rep_old = 0, rep_new = 0;
+	uint64_t sp[4] = { 0 };
+	int rep[2] = { 0, 0 };
 	long r;
 
 	probe(MRMGR__PT_MREMAP);
@@ -121,26 +141,19 @@ static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags,
 	}
 	if (!(flags & (MREMAP_FIXED | MREMAP_DONTUNMAP)))
 		dest = NULL;
-	/* What may leave: everything when it may move, the tail when it
-	 * shrinks in place, nothing when it grows in place. */
-	if (flags & (MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP))
-		rep_old = span((uintptr_t)old, old_len, &os, &oe);
-	else if (new_len < old_len)
-		rep_old = span((uintptr_t)old + new_len, old_len - new_len,
-			       &os, &oe);
-	/* MREMAP_FIXED replaces whatever was at dest. */
-	if (flags & MREMAP_FIXED)
-		rep_new = span((uintptr_t)dest, new_len, &ns, &ne);
-	if (rep_old)
-		mrmgr__mon_change_begin(os, oe);
-	if (rep_new)
-		mrmgr__mon_change_begin(ns, ne);
+	mremap_spans(old, old_len, new_len, flags, dest,
+		     !!(flags & (MREMAP_MAYMOVE | MREMAP_FIXED |
+				 MREMAP_DONTUNMAP)), sp, rep);
+	if (rep[0])
+		mrmgr__mon_change_begin(sp[0], sp[1]);
+	if (rep[1])
+		mrmgr__mon_change_begin(sp[2], sp[3]);
 	r = mrmgr__patch_sys(SYS_mremap, (long)old, (long)old_len,
 			     (long)new_len, flags, (long)dest, 0);
-	if (rep_old)
-		mrmgr__mon_change_end(os, oe);
-	if (rep_new)
-		mrmgr__mon_change_end(ns, ne);
+	if (rep[0])
+		mrmgr__mon_change_end(sp[0], sp[1]);
+	if (rep[1])
+		mrmgr__mon_change_end(sp[2], sp[3]);
 	return is_err(r) ? (set_errno(r), MAP_FAILED) : (void *)r;
 }
 
@@ -440,32 +453,26 @@ static inline int chain_munmap(uintptr_t next, void *a, size_t l)
 static inline void *chain_mremap(uintptr_t next, void *old, size_t old_len, size_t new_len, int flags,
 			  void *dest)
 {
-	uint64_t os = 0, oe = 0, ns = 0, ne = 0;
-	int rep_old = 0, rep_new = 0, err;
+	uint64_t sp[4] = { 0 };
+	int rep[2] = { 0, 0 }, err;
 	void *r;
 
 	probe(MRMGR__PT_MREMAP);
 	/* The same ranges as hook_mremap; unknown flags are the callee's
 	 * to refuse, and report the whole old range meanwhile. */
-	if (flags)
-		rep_old = span((uintptr_t)old, old_len, &os, &oe);
-	else if (new_len < old_len)
-		rep_old = span((uintptr_t)old + new_len, old_len - new_len,
-			       &os, &oe);
-	if (flags & MREMAP_FIXED)
-		rep_new = span((uintptr_t)dest, new_len, &ns, &ne);
-	if (rep_old)
-		mrmgr__mon_change_begin(os, oe);
-	if (rep_new)
-		mrmgr__mon_change_begin(ns, ne);
+	mremap_spans(old, old_len, new_len, flags, dest, flags != 0, sp, rep);
+	if (rep[0])
+		mrmgr__mon_change_begin(sp[0], sp[1]);
+	if (rep[1])
+		mrmgr__mon_change_begin(sp[2], sp[3]);
 	/* Variadic in glibc: dest travels as the variadic argument. */
 	r = NEXT(MRMGR__PT_MREMAP, void *(*)(void *, size_t, size_t, int, ...))(
 		old, old_len, new_len, flags, dest);
 	err = errno;
-	if (rep_old)
-		mrmgr__mon_change_end(os, oe);
-	if (rep_new)
-		mrmgr__mon_change_end(ns, ne);
+	if (rep[0])
+		mrmgr__mon_change_end(sp[0], sp[1]);
+	if (rep[1])
+		mrmgr__mon_change_end(sp[2], sp[3]);
 	errno = err;
 	return r;
 }
