@@ -111,7 +111,19 @@ int mrmgr__cache_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 	c->held.prev = c->held.next = &c->held;
 	c->inflight.prev = c->inflight.next = &c->inflight;
 	mrmgr__itree_init(&c->tree);
-	pthread_mutex_init(&c->lock, NULL);
+	{
+		/* The lock is held for a microsecond or two around each
+		 * registration, which runs unlocked: a miss that finds it
+		 * taken is better off spinning a little than sleeping in
+		 * the kernel and paying a wake-up (2 threads missing: 1.71
+		 * -> 1.80 times one thread's throughput, bench/compare). */
+		pthread_mutexattr_t ma;
+
+		pthread_mutexattr_init(&ma);
+		pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+		pthread_mutex_init(&c->lock, &ma);
+		pthread_mutexattr_destroy(&ma);
+	}
 	pthread_cond_init(&c->inflight_done, NULL);
 	ret = mrmgr__ext_init(c);
 	if (ret) {
