@@ -371,6 +371,25 @@ static int print_monitor(mrmgr_cache_t *c)
 		printf("not active: %s\n", strerror(mi.patch_error));
 	else
 		printf("not used in this mode\n");
+	if (mi.sources & MRMGR_MONITOR_SRC_PATCH) {
+		/* Beside another patcher (UCX's libucm, libfabric's
+		 * memhooks) the hooks call its code: say so, since a user
+		 * debugging a slow munmap will want to know. */
+		printf("  chained over         ");
+		if (mi.patch_chained)
+			printf("another library's hooks on %d of the "
+			       "functions (mask %#x)\n",
+			       __builtin_popcount(mi.patch_chained),
+			       mi.patch_chained);
+		else
+			printf("nothing: no other patcher was there\n");
+		printf("  taken over           %" PRIu32 " time%s%s\n",
+		       mi.patch_overwrites, mi.patch_overwrites == 1 ? "" : "s",
+		       mi.patch_overwrites
+			       ? " by another library (every cache invalidated "
+				 "each time, then chained on top again)"
+			       : "");
+	}
 	printf("  userfaultfd          ");
 	if (mi.sources & MRMGR_MONITOR_SRC_UFFD)
 		printf("active%s%s%s: anonymous private memory (unmap, remap, "

@@ -75,6 +75,26 @@ else
 	echo "mrmgr_info.sh: no $bin or $hooks: the hooks case is not run"
 fi
 
+# Beside UCX: loading libucs makes its libucm patch libc first; libmrmgr
+# chains on top, and mrmgr_info says so. Alone, nothing is chained.
+"$tool" --sim >"$out" 2>"$err"
+if has "^  libc patched +active"; then
+	check "alone: nothing chained" has "^  chained over +nothing"
+	check "alone: never taken over" has "^  taken over +0 times"
+fi
+ucs=$(ls /usr/lib/*/libucs.so.0 /usr/lib/libucs.so.0 2>/dev/null | head -n 1)
+if [ -x "$bin" ] && [ -n "$ucs" ]; then
+	LD_LIBRARY_PATH="$top_builddir/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+	LD_PRELOAD="$ucs" "$bin" --sim >"$out" 2>"$err"
+	check "exit 0 beside libucs" test $? -eq 0
+	if has "^  libc patched +active"; then
+		check "beside libucs: chained over its hooks" \
+			has "^  chained over +another library's hooks"
+	fi
+else
+	echo "mrmgr_info.sh: no libucs.so.0: the chained case is not run"
+fi
+
 "$tool" >"$out" 2>"$err"
 check "without --sim: exit 0 (got $?)" test $? -eq 0
 check "without --sim: devices or a note" has "^Devices\$"
