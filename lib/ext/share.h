@@ -67,6 +67,23 @@ struct mrmgr__share {
 	int in_set;                      /* counted in share_sets */
 };
 
+/* An export (export.c); fields under its cache's lock. */
+struct mrmgr_export {
+	struct mrmgr_export *next, *prev; /* the region's exports (cache lock) */
+	struct mrmgr_cache *cache;        /* NULL once orphaned by force */
+	struct mrmgr_region *r;           /* pinned while cache != NULL */
+	struct ibv_mr *mr;                /* the exported MR */
+	struct mrmgr_export_desc desc;
+	int cmd_fd;
+	uint32_t importers;               /* as told by the share server */
+	int revoked;                      /* atomic: read without the lock */
+	int forced;
+};
+
+/* export.c: take e out of its region's share set (counts included), lock
+ * held; the pin is the caller's to drop. */
+void mrmgr__export_unlink(struct mrmgr_cache *c, struct mrmgr_export *e);
+
 /* alias.c: an alias's mapping keeps the original's offset within this. */
 #define MRMGR__ALIAS_ALIGN (UINT64_C(4) << 20)
 
