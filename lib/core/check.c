@@ -20,8 +20,9 @@
  * the mark is at least the true count, which is never negative unless a
  * put had no get. mrmgr__region_leave() reads each word as its own mark
  * finds it: a get on a stripe counts only before that stripe's mark, and
- * puts after it are left out, so that sum is also at least the true count. Lock-free readers that back off add and subtract on
- * the same word, which can only make the sum larger for a moment.
+ * puts after it are left out, so that sum is also at least the true
+ * count. Lock-free readers that back off add and subtract on the same
+ * word, which can only make the sum larger for a moment.
  *
  * The checked mode (MRMGR_CHECK=1, or MRMGR_CACHE_CHECK in the attribute
  * flags) catches the mistake at the put itself: every put of the cache

@@ -258,6 +258,7 @@ void mrmgr__cache_put_slow(struct mrmgr_cache *c, struct mrmgr_region *r)
 int mrmgr__core_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	uint64_t had;
+	int64_t n;
 
 	/*
 	 * region_try_evict()'s protocol: once the stripes add up to zero
@@ -266,10 +267,8 @@ int mrmgr__core_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r)
 	 * while grow.c changes them out of the tree. It goes back in (or is
 	 * released) before the lock is dropped.
 	 */
-	if (mrmgr__region_refs_fix(c, r,
-				   mrmgr__region_leave(r, MRMGR__REGION_EVICTING,
-						       0, &had),
-				   "growing it") != 0) {
+	n = mrmgr__region_leave(r, MRMGR__REGION_EVICTING, 0, &had);
+	if (mrmgr__region_refs_fix(c, r, n, "growing it") != 0) {
 		mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 		return 0;
 	}
