@@ -37,7 +37,10 @@
  * Ageing. Hits leave no time, only a bit, so the hand also moves as time
  * passes, as CLOCK's hand does: every new region moves it AGE_STEPS
  * regions on (mrmgr__evict_age()), clearing used bits and sending the
- * regions that had one to the back. The list then stays close to the
+ * regions that had one to the back. A region whose only mark is "new"
+ * keeps its place: it was appended when it was made, which is its last
+ * use; a move would date it to now, ahead of regions made after it (and
+ * cost writes to three cold links). The list then stays close to the
  * order of last use: a region hit before another was made sits ahead of
  * it, one hit after sits behind. New regions enter with a "new" bit set
  * (the miss marks the reference it takes): the hand spares them as it
@@ -90,7 +93,7 @@ void mrmgr__evict_age(struct mrmgr_cache *c)
 		if (l == &c->lru)
 			return;
 		r = region_of(l);
-		if (mrmgr__region_take_used(r, c->nstripes))
+		if (mrmgr__region_take_used(r, c->nstripes) == 2)
 			move_to_back(c, &c->lru, r); /* the hand moves on */
 		else
 			c->age_hand = l->next;

@@ -344,15 +344,17 @@ int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes)
 		seen &= (UINT64_C(1) << nstripes) - 1;
 	while (seen) {
 		uint64_t *w = w0 + __builtin_ctzll(seen) * step;
+		uint64_t v = __atomic_load_n(w, __ATOMIC_RELAXED);
 
 		seen &= seen - 1;
-		/* Look first: clearing writes a line its thread keeps hot. */
-		if (__atomic_load_n(w, __ATOMIC_RELAXED) & bits) {
+		/* Looked at first: clearing writes a line its thread keeps
+		 * hot. */
+		if (v & bits) {
 			__atomic_fetch_and(w, ~bits, __ATOMIC_RELAXED);
-			used = 1;
+			used |= v & MRMGR__REF_USED ? 2 : 1;
 		}
 	}
-	return used;
+	return used & 2 ? 2 : used;
 }
 
 /* ------------------------------------------------------------ slabs */

@@ -361,7 +361,8 @@ int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
 		       int *used);
 
 /* Clear the used and new bits (on the stripes of mrmgr__stripes_seen);
- * returns whether any was set. */
+ * returns 2 when a used bit was set, 1 when only a new one, 0 when
+ * none. */
 int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes);
 
 /* Sum of the stripes (see mrmgr__region_set_state()). */

@@ -14,6 +14,7 @@
 
 #include "cache.h"
 #include "core.h"
+#include "evict.h"
 
 static const struct mrmgr_sim_attr nopin = {
 	.comp_mask = MRMGR_SIM_ATTR_FLAGS | MRMGR_SIM_ATTR_MEMLOCK,
@@ -222,4 +223,66 @@ Test(evict_words, ageing_finds_a_used_bit_of_a_thread_gone)
 	pthread_mutex_unlock(&f.cache->lock);
 	fx_close(&f);
 	munmap(buf, 2 * 64 * KiB);
+}
+
+/* The cache's list, oldest first, as regions. */
+static int lru_order(struct mrmgr_cache *c, struct mrmgr_region **out, int max)
+{
+	int n = 0;
+
+	for (struct mrmgr__lru_link *l = c->lru.next; l != &c->lru && n < max;
+	     l = l->next)
+		out[n++] = mrmgr__container_of(l, struct mrmgr_region, lru);
+	return n;
+}
+
+/*
+ * The ageing hand sends a region hit since it last passed to the back,
+ * but leaves one only made where it is: its place already says when it
+ * was made, and moving it would make it look younger than the regions
+ * made after it.
+ */
+Test(evict_words, ageing_moves_hit_regions_not_new_ones)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = limits(8);
+	char *buf = map_rw(8 * 64 * KiB, 0);
+	struct mrmgr_region *r[3], *order[8];
+	struct mrmgr_cache *c;
+
+	fx_open(&f, &nopin, &a);
+	c = f.cache;
+	for (int i = 0; i < 3; i++)
+		r[i] = get_put(c, buf + (size_t)i * 2 * 64 * KiB);
+	pthread_mutex_lock(&c->lock);
+	for (int i = 0; i < 3; i++) /* start from no marks at all */
+		(void)mrmgr__region_take_used(r[i], c->nstripes);
+	cr_assert_eq(lru_order(c, order, 8), 3);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(order[i], r[i]);
+
+	/* Only made: the hand clears the mark and leaves it first. */
+	__atomic_fetch_or(mrmgr__ref_word(r[0], 0), MRMGR__REF_NEW,
+			  __ATOMIC_RELAXED);
+	c->age_hand = &r[0]->lru;
+	mrmgr__evict_age(c);
+	cr_assert_not(*mrmgr__ref_word(r[0], 0) & MRMGR__REF_NEW);
+	cr_assert_eq(lru_order(c, order, 8), 3);
+	cr_assert_eq(order[0], r[0], "a region only made keeps its place");
+	cr_assert_eq(order[1], r[1]);
+	cr_assert_eq(order[2], r[2]);
+
+	/* Hit: to the back. */
+	__atomic_fetch_or(mrmgr__ref_word(r[0], 0), MRMGR__REF_USED,
+			  __ATOMIC_RELAXED);
+	c->age_hand = &r[0]->lru;
+	mrmgr__evict_age(c);
+	cr_assert_not(*mrmgr__ref_word(r[0], 0) & MRMGR__REF_USED);
+	cr_assert_eq(lru_order(c, order, 8), 3);
+	cr_assert_eq(order[0], r[1]);
+	cr_assert_eq(order[1], r[2]);
+	cr_assert_eq(order[2], r[0], "a region hit goes to the back");
+	pthread_mutex_unlock(&c->lock);
+	fx_close(&f);
+	munmap(buf, 8 * 64 * KiB);
 }
