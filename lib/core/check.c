@@ -18,8 +18,11 @@
  * has already added to its word, and no new get can succeed; puts only
  * ever subtract what a get added. So with the lock held, a sum read after
  * the mark is at least the true count, which is never negative unless a
- * put had no get. Lock-free readers that back off add and subtract on
- * the same word, which can only make the sum larger for a moment.
+ * put had no get. mrmgr__region_leave() reads each word as its own mark
+ * finds it: a get on a stripe counts only before that stripe's mark, and
+ * puts after it are left out, so that sum is also at least the true
+ * count. Lock-free readers that back off add and subtract on the same
+ * word, which can only make the sum larger for a moment.
  *
  * The checked mode (MRMGR_CHECK=1, or MRMGR_CACHE_CHECK in the attribute
  * flags) catches the mistake at the put itself: every put of the cache
@@ -54,6 +57,23 @@ static void report(struct mrmgr_cache *c, struct mrmgr_region *r,
 		   extra == 1 ? " is" : "s are");
 }
 
+/* n < 0 for a region whose words are marked: report and undo. */
+static int64_t undo(struct mrmgr_cache *c, struct mrmgr_region *r, int64_t n,
+		    const char *where)
+{
+	report(c, r, -n, where);
+	/* Undo them: any stripe will do, only the sum counts. */
+	__atomic_fetch_add(mrmgr__ref_word(r, 0), (uint64_t)-n * MRMGR__REF_ONE,
+			   __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+int64_t mrmgr__region_refs_fix(struct mrmgr_cache *c, struct mrmgr_region *r,
+			       int64_t n, const char *where)
+{
+	return mrmgr__likely(n >= 0) ? n : undo(c, r, n, where);
+}
+
 int64_t mrmgr__region_refs_checked(struct mrmgr_cache *c,
 				   struct mrmgr_region *r, const char *where)
 {
@@ -69,14 +89,8 @@ int64_t mrmgr__region_refs_checked(struct mrmgr_cache *c,
 		mrmgr__region_set_state(r, MRMGR__REGION_EVICTING);
 		n = mrmgr__region_refs(r, c->nstripes);
 	}
-	if (n < 0) {
-		report(c, r, -n, where);
-		/* Undo them: any stripe will do, only the sum counts. */
-		__atomic_fetch_add(mrmgr__ref_word(r, 0),
-				   (uint64_t)-n * MRMGR__REF_ONE,
-				   __ATOMIC_SEQ_CST);
-		n = 0;
-	}
+	if (n < 0)
+		n = undo(c, r, n, where);
 	if (live)
 		mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 	return n;

@@ -37,7 +37,10 @@
  * Ageing. Hits leave no time, only a bit, so the hand also moves as time
  * passes, as CLOCK's hand does: every new region moves it AGE_STEPS
  * regions on (mrmgr__evict_age()), clearing used bits and sending the
- * regions that had one to the back. The list then stays close to the
+ * regions that had one to the back. A region whose only mark is "new"
+ * keeps its place: it was appended when it was made, which is its last
+ * use; a move would date it to now, ahead of regions made after it (and
+ * cost writes to three cold links). The list then stays close to the
  * order of last use: a region hit before another was made sits ahead of
  * it, one hit after sits behind. New regions enter with a "new" bit set
  * (the miss marks the reference it takes): the hand spares them as it
@@ -65,9 +68,12 @@ static struct mrmgr_region *region_of(struct mrmgr__lru_link *l)
 	return mrmgr__container_of(l, struct mrmgr_region, lru);
 }
 
-static void move_to_back(struct mrmgr__lru_link *head, struct mrmgr_region *r)
+/* c, not r->cache: the hand's regions are otherwise read only in their
+ * link's line and their reference words, not the line holding cache. */
+static void move_to_back(struct mrmgr_cache *c, struct mrmgr__lru_link *head,
+			 struct mrmgr_region *r)
 {
-	mrmgr__evict_unlinking(&r->cache->age_hand, &r->lru);
+	mrmgr__evict_unlinking(&c->age_hand, &r->lru);
 	r->lru.prev->next = r->lru.next;
 	r->lru.next->prev = r->lru.prev;
 	r->lru.prev = head->prev;
@@ -87,8 +93,8 @@ void mrmgr__evict_age(struct mrmgr_cache *c)
 		if (l == &c->lru)
 			return;
 		r = region_of(l);
-		if (mrmgr__region_take_used(r, c->nstripes))
-			move_to_back(&c->lru, r); /* the hand moves on */
+		if (mrmgr__region_take_used(r, c->nstripes) == 2)
+			move_to_back(c, &c->lru, r); /* the hand moves on */
 		else
 			c->age_hand = l->next;
 	}
@@ -110,13 +116,14 @@ struct pick {
 /* Weigh an idle cold region; returns 1 when the pick is decided. */
 static int consider(struct pick *p, struct mrmgr_region *r)
 {
-	uint64_t b = mrmgr__evict_bytes(r);
+	uint64_t b;
 
 	if (!p->shortfall) {
 		if (!p->fit) /* the oldest: plain CLOCK order */
 			p->fit = r;
 		return 1;
 	}
+	b = mrmgr__evict_bytes(r);
 	if (b >= p->shortfall) {
 		if (!p->fit || b < mrmgr__evict_bytes(p->fit))
 			p->fit = r;
@@ -143,8 +150,10 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 	for (int i = 0; i < RECHECK && c->held.next != &c->held; i++) {
 		struct mrmgr_region *r = region_of(c->held.next);
 
-		move_to_back(mrmgr__region_refs_checked(c, r, "evicting") ? &c->held
-								: &c->lru,
+		move_to_back(c,
+			     mrmgr__region_refs_checked(c, r, "evicting")
+				     ? &c->held
+				     : &c->lru,
 			     r);
 	}
 	/*
@@ -181,7 +190,7 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 		if (mrmgr__region_look(r, c->nstripes, &used) &&
 		    mrmgr__region_refs_checked(c, r, "evicting")) {
 			/* Paid for by the get that took it: no budget. */
-			move_to_back(&c->held, r);
+			move_to_back(c, &c->held, r);
 			continue;
 		}
 		budget--;
@@ -191,7 +200,7 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 				first = r;
 			if (used == 1 && !first_new)
 				first_new = r;
-			move_to_back(&c->lru, r);
+			move_to_back(c, &c->lru, r);
 			if (l == &c->lru) /* it was the newest */
 				l = &r->lru;
 		} else if (r->spared == round) {
@@ -210,7 +219,7 @@ struct mrmgr_region *mrmgr__evict_pick(struct mrmgr_cache *c,
 			l = l->next;
 			if (mrmgr__region_refs_checked(c, r, "evicting"))
 				continue;
-			move_to_back(&c->lru, r);
+			move_to_back(c, &c->lru, r);
 			if (consider(&p, r))
 				break;
 		}

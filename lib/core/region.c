@@ -35,6 +35,8 @@ __thread uintptr_t mrmgr__tls_words
 
 struct mrmgr__layout mrmgr__layout;
 
+uint64_t mrmgr__stripes_seen;
+
 static uint64_t slots_taken;       /* bit i: slot i belongs to a thread */
 static unsigned int next_shared;   /* round-robin past MAX_SLOTS */
 static pthread_key_t slot_key;
@@ -98,6 +100,9 @@ unsigned int mrmgr__thread_slot_slow(void)
 	}
 	/* Masked once here: every cache has mrmgr__stripes() stripes. */
 	s &= mrmgr__stripes() - 1;
+	/* Before the thread can mark anything on its stripe (region.h). */
+	__atomic_fetch_or(&mrmgr__stripes_seen, UINT64_C(1) << s,
+			  __ATOMIC_RELEASE);
 	mrmgr__tls_slot = s;
 	mrmgr__tls_words = mrmgr__layout.words + s * mrmgr__layout.stride;
 	return s;
@@ -157,6 +162,14 @@ unsigned int mrmgr__stripes(void)
 	return n;
 }
 
+/* r's word of stripe 0; stripe i's is i * *step words on (one load of
+ * the layout for a whole pass, not one per stripe). */
+static inline uint64_t *words_of(const struct mrmgr_region *r, uintptr_t *step)
+{
+	*step = mrmgr__layout.stride / sizeof(uint64_t);
+	return mrmgr__ref_word_at(r, mrmgr__layout.words);
+}
+
 void mrmgr__region_set_state(struct mrmgr_region *r, int state)
 {
 	unsigned int n = r->cache->nstripes;
@@ -197,9 +210,95 @@ void mrmgr__region_set_keys(struct mrmgr_region *r)
 
 void mrmgr__region_clear_keys(struct mrmgr_region *r)
 {
-	for (unsigned int i = 0; i < r->cache->nstripes; i++)
-		__atomic_fetch_and(mrmgr__ref_word(r, i), ~MRMGR__REF_KEYS,
-				   __ATOMIC_SEQ_CST);
+	uintptr_t step;
+	uint64_t *w = words_of(r, &step);
+
+	/*
+	 * Only the lock's holder sets or clears the bit, a whole pass at a
+	 * time, so under the lock every stripe has it as stripe 0 does:
+	 * clear there (an eviction's mark cleared it), nothing to write.
+	 */
+	if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & MRMGR__REF_KEYS))
+		return;
+	for (unsigned int i = 0; i < r->cache->nstripes; i++, w += step)
+		__atomic_fetch_and(w, ~MRMGR__REF_KEYS, __ATOMIC_SEQ_CST);
+}
+
+/*
+ * Every word of r to (word | set) & ~clear, one read-modify-write each;
+ * returns the sum of the counts the words held just before (in units of
+ * MRMGR__REF_ONE, wrapping like the biased words) and ORs those words
+ * into *had. A word already as asked is only read.
+ *
+ * Why one compare-and-swap may carry several bits: only the lock's holder
+ * writes DEAD and KEYS, and hits and puts only add to the count and set
+ * USED, so the swap fails only when a count or USED moved meanwhile, and
+ * is retried on the new value; what it writes keeps theirs. The
+ * read-modify-write is one point in the word's order, like the
+ * fetch_or/fetch_and it replaces: a hit's add comes before it (and is in
+ * the value returned) or after it (and sees the new bits).
+ */
+static uint64_t flip_words(struct mrmgr_region *r, unsigned int n,
+			   uint64_t set, uint64_t clear, uint64_t *had)
+{
+	uint64_t sum = 0, any = 0;
+	uintptr_t step;
+	uint64_t *w = words_of(r, &step);
+
+	for (unsigned int i = 0; i < n; i++, w += step) {
+		uint64_t old = __atomic_load_n(w, __ATOMIC_SEQ_CST), next;
+
+		while ((next = (old | set) & ~clear) != old &&
+		       !__atomic_compare_exchange_n(w, &old, next, 0,
+						    __ATOMIC_SEQ_CST,
+						    __ATOMIC_RELAXED))
+			;
+		sum += (old & ~(MRMGR__REF_ONE - 1)) - MRMGR__REF_BIAS;
+		any |= old;
+	}
+	*had = any;
+	return sum;
+}
+
+int64_t mrmgr__region_leave(struct mrmgr_region *r, int state, uint64_t clear,
+			    uint64_t *had)
+{
+	uint64_t sum;
+
+	/* Only the lock's holder changes states. */
+	__atomic_store_n(&r->state, state, __ATOMIC_SEQ_CST);
+	/*
+	 * The sum is taken from the words as each read-modify-write found
+	 * them, not read again after the last one: every get that succeeds
+	 * on a stripe added to it before the mark there (after, it sees
+	 * DEAD and backs off), and a put only counts if it came before the
+	 * mark of its stripe, so the sum is at least the true count once
+	 * every stripe is marked (check.c's argument holds as it is). A
+	 * put that comes later sees DEAD and takes the slow path.
+	 */
+	sum = flip_words(r, r->cache->nstripes, MRMGR__REF_DEAD, clear, had);
+	return (int64_t)sum / (int64_t)MRMGR__REF_ONE;
+}
+
+void mrmgr__region_go_live(struct mrmgr_region *r)
+{
+	const struct mrmgr_cache *c = r->cache;
+	uint64_t set = 0, had;
+
+	if (r->mr && !(c->flags & MRMGR__CACHE_EXT_GET)) {
+		uint64_t k = (uint64_t)r->mr->rkey << 32 | r->mr->lkey;
+
+		/* The keys first: the swap that sets KEYS releases them. */
+		for (unsigned int i = 0; i < c->nstripes; i++)
+			__atomic_store_n(&mrmgr__ref_word(r, i)[1], k,
+					 __ATOMIC_RELAXED);
+		set = MRMGR__REF_KEYS;
+	}
+	__atomic_store_n(&r->state, MRMGR__REGION_LIVE, __ATOMIC_SEQ_CST);
+	/* Keyed and live in one pass (set_keys() then set_state() made
+	 * two): a hit that finds the region live finds the keys. */
+	(void)flip_words(r, c->nstripes, set,
+			 MRMGR__REF_DEAD | (MRMGR__REF_KEYS ^ set), &had);
 }
 
 int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
@@ -207,12 +306,13 @@ int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
 {
 	const uint64_t bits = MRMGR__REF_USED | MRMGR__REF_NEW;
 	uint64_t sum = 0, had = 0, any = 0;
+	uintptr_t step;
+	uint64_t *w0 = words_of(r, &step);
 
 	/* One pass: the words' counts (bias included, wrapping) and which
 	 * stripes have a bit set; then clear those, only when idle. */
 	for (unsigned int i = 0; i < nstripes; i++) {
-		uint64_t w = __atomic_load_n(mrmgr__ref_word(r, i),
-					     __ATOMIC_SEQ_CST);
+		uint64_t w = __atomic_load_n(w0 + i * step, __ATOMIC_SEQ_CST);
 
 		sum += (w & ~(MRMGR__REF_ONE - 1)) - MRMGR__REF_BIAS;
 		had |= (uint64_t)!!(w & bits) << i;
@@ -225,28 +325,36 @@ int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
 		unsigned int i = (unsigned int)__builtin_ctzll(had);
 
 		had &= had - 1;
-		__atomic_fetch_and(mrmgr__ref_word(r, i), ~bits,
-				   __ATOMIC_RELAXED);
+		__atomic_fetch_and(w0 + i * step, ~bits, __ATOMIC_RELAXED);
 	}
 	return 0;
 }
 
 int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes)
 {
+	const uint64_t bits = MRMGR__REF_USED | MRMGR__REF_NEW;
+	uint64_t seen = __atomic_load_n(&mrmgr__stripes_seen, __ATOMIC_ACQUIRE);
+	uintptr_t step;
+	uint64_t *w0 = words_of(r, &step);
 	int used = 0;
 
-	for (unsigned int i = 0; i < nstripes; i++) {
-		uint64_t *w = mrmgr__ref_word(r, i);
+	/* Only stripes a thread was ever given can hold a bit: one line per
+	 * thread that ever ran here, not one per stripe (region.h). */
+	if (nstripes < 64)
+		seen &= (UINT64_C(1) << nstripes) - 1;
+	while (seen) {
+		uint64_t *w = w0 + __builtin_ctzll(seen) * step;
+		uint64_t v = __atomic_load_n(w, __ATOMIC_RELAXED);
 
-		/* Look first: clearing writes a line its thread keeps hot. */
-		if (__atomic_load_n(w, __ATOMIC_RELAXED) &
-		    (MRMGR__REF_USED | MRMGR__REF_NEW)) {
-			__atomic_fetch_and(w, ~(MRMGR__REF_USED | MRMGR__REF_NEW),
-					   __ATOMIC_RELAXED);
-			used = 1;
+		seen &= seen - 1;
+		/* Looked at first: clearing writes a line its thread keeps
+		 * hot. */
+		if (v & bits) {
+			__atomic_fetch_and(w, ~bits, __ATOMIC_RELAXED);
+			used |= v & MRMGR__REF_USED ? 2 : 1;
 		}
 	}
-	return used;
+	return used & 2 ? 2 : used;
 }
 
 /* ------------------------------------------------------------ slabs */
@@ -303,15 +411,15 @@ void mrmgr__region_slabs_free(struct mrmgr__region_slabs *rs)
 
 int64_t mrmgr__region_refs(const struct mrmgr_region *r, unsigned int nstripes)
 {
-	int64_t sum = 0;
+	uint64_t sum = 0;
+	uintptr_t step;
+	const uint64_t *w = words_of(r, &step);
 
-	for (unsigned int i = 0; i < nstripes; i++)
-		sum += (int64_t)((__atomic_load_n(mrmgr__ref_word(r, i),
-						  __ATOMIC_SEQ_CST) &
-				  ~(MRMGR__REF_ONE - 1)) -
-				 MRMGR__REF_BIAS) /
-		       (int64_t)MRMGR__REF_ONE;
-	return sum;
+	/* Biased words add up wrapping, as in mrmgr__region_look(). */
+	for (unsigned int i = 0; i < nstripes; i++, w += step)
+		sum += (__atomic_load_n(w, __ATOMIC_SEQ_CST) &
+			~(MRMGR__REF_ONE - 1)) - MRMGR__REF_BIAS;
+	return (int64_t)sum / (int64_t)MRMGR__REF_ONE;
 }
 
 /* The MR the plain accessors report: a feature says which when it

@@ -117,6 +117,15 @@ struct mrmgr__layout {
 };
 extern struct mrmgr__layout mrmgr__layout;
 
+/*
+ * Bit i: stripe i was given to a thread at some time (it only grows).
+ * Only such stripes' words can hold a USED or NEW bit, so the ageing hand
+ * reads only them (mrmgr__region_take_used()). Counts may sit on any
+ * stripe (mrmgr__region_refs_checked() undoes on stripe 0): whatever sums
+ * or marks reads them all.
+ */
+extern uint64_t mrmgr__stripes_seen;
+
 /* Intrusive LRU list link; the cache's list head is one too. */
 struct mrmgr__lru_link {
 	struct mrmgr__lru_link *prev, *next;
@@ -318,6 +327,31 @@ static inline int mrmgr__region_state(const struct mrmgr_region *r)
 void mrmgr__region_set_state(struct mrmgr_region *r, int state);
 
 /*
+ * r leaves the live state for state (not MRMGR__REGION_LIVE), lock held:
+ * the state, then DEAD set and the bits in clear cleared in one
+ * read-modify-write per word. Returns the sum of the counts as those
+ * found them (what mrmgr__region_refs() read after mrmgr__region_set_state()
+ * answered; region.c says why that is as good) and ORs the words as they
+ * were into *had. Pass it to mrmgr__region_refs_fix() (check.c).
+ */
+int64_t mrmgr__region_leave(struct mrmgr_region *r, int state, uint64_t clear,
+			    uint64_t *had);
+
+/*
+ * mrmgr__region_set_keys() then mrmgr__region_set_state(r,
+ * MRMGR__REGION_LIVE), in one read-modify-write per word. Lock held.
+ */
+void mrmgr__region_go_live(struct mrmgr_region *r);
+
+/*
+ * check.c: the sum n of a region that is not live (from
+ * mrmgr__region_leave()) as mrmgr__region_refs_checked() answers it: a
+ * sum below zero is reported, counted and undone, and 0 returned.
+ */
+int64_t mrmgr__region_refs_fix(struct mrmgr_cache *c, struct mrmgr_region *r,
+			       int64_t n, const char *where);
+
+/*
  * The eviction hand's look at r, reading each word once: returns 1 when
  * it is held (references summing to nonzero; the bits are left); else 0,
  * its used and new bits cleared and *used 2 when a hit had set one, 1
@@ -326,7 +360,9 @@ void mrmgr__region_set_state(struct mrmgr_region *r, int state);
 int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
 		       int *used);
 
-/* Clear the used bits; returns whether any was set. */
+/* Clear the used and new bits (on the stripes of mrmgr__stripes_seen);
+ * returns 2 when a used bit was set, 1 when only a new one, 0 when
+ * none. */
 int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes);
 
 /* Sum of the stripes (see mrmgr__region_set_state()). */

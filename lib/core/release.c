@@ -81,10 +81,15 @@ void mrmgr__cache_tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
  */
 int mrmgr__core_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
+	uint64_t had;
+	int64_t n;
+
 	mrmgr__region_mark_gone(r, MRMGR_REGION_GONE_REPLACED);
-	mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
+	/* Marked and added up in one pass (region.c); its holders keep
+	 * their keys. */
+	n = mrmgr__region_leave(r, MRMGR__REGION_DETACHED, 0, &had);
 	mrmgr__cache_tree_remove(c, r);
-	if (mrmgr__region_refs_checked(c, r, "detaching it") != 0)
+	if (mrmgr__region_refs_fix(c, r, n, "detaching it") != 0)
 		return 0;
 	mrmgr__cache_release_region(c, r);
 	return 1;
@@ -94,8 +99,7 @@ int mrmgr__core_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
 void mrmgr__cache_publish_region(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	r->gone = 0; /* cached again (grow.c) */
-	mrmgr__region_set_keys(r);
-	mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
+	mrmgr__region_go_live(r); /* keys, then live: one pass */
 	mrmgr__seq_write_begin(c);
 	mrmgr__itree_insert(&c->tree, &r->node);
 	mrmgr__lookup_insert(c, r);
@@ -253,6 +257,9 @@ void mrmgr__cache_put_slow(struct mrmgr_cache *c, struct mrmgr_region *r)
 
 int mrmgr__core_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
+	uint64_t had;
+	int64_t n;
+
 	/*
 	 * region_try_evict()'s protocol: once the stripes add up to zero
 	 * after the state store, every later hit sees the region not live
@@ -260,8 +267,8 @@ int mrmgr__core_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r)
 	 * while grow.c changes them out of the tree. It goes back in (or is
 	 * released) before the lock is dropped.
 	 */
-	mrmgr__region_set_state(r, MRMGR__REGION_EVICTING);
-	if (mrmgr__region_refs_checked(c, r, "growing it") != 0) {
+	n = mrmgr__region_leave(r, MRMGR__REGION_EVICTING, 0, &had);
+	if (mrmgr__region_refs_fix(c, r, n, "growing it") != 0) {
 		mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
 		return 0;
 	}

@@ -56,12 +56,25 @@ void mrmgr__lru_unpark_all(struct mrmgr_cache *c)
 	}
 }
 
-/* Evict r if idle. Returns 1 when it was evicted. */
+/*
+ * Evict r if idle. Returns 1 when it was evicted.
+ *
+ * One pass over r's words marks it not live, clears its keys' bit and
+ * adds up its count (mrmgr__region_leave()), where set_state(), a second
+ * read of every word and clear_keys() at its release made three. The
+ * keys' bit goes with the mark because an evicted region loses its keys
+ * anyway; when a holder turns up after all, the region goes back live
+ * with its keys (the same MR), and meanwhile its holders read the keys
+ * from the MR (mrmgr_region_lkey() falls back when the bit is clear).
+ */
 static int region_try_evict(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	mrmgr__region_set_state(r, MRMGR__REGION_EVICTING);
-	if (mrmgr__region_refs_checked(c, r, "evicting it") != 0) {
-		mrmgr__region_set_state(r, MRMGR__REGION_LIVE);
+	uint64_t had;
+	int64_t n = mrmgr__region_leave(r, MRMGR__REGION_EVICTING,
+					MRMGR__REF_KEYS, &had);
+
+	if (mrmgr__region_refs_fix(c, r, n, "evicting it") != 0) {
+		mrmgr__region_go_live(r);
 		return 0;
 	}
 	mrmgr__cache_tree_remove(c, r);
