@@ -260,6 +260,73 @@ void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 		MRMGR__WRITE_ONCE(t->levels, t->levels & ~(UINT64_C(1) << l));
 }
 
+/*
+ * Chains mrmgr__lookup_near() reads at most before it leaves the answer
+ * to the tree: a chain is one or two cache lines of slots, a tree walk
+ * some ten cold nodes at a thousand regions.
+ */
+#define NEAR_CHAINS 8
+
+/*
+ * A region at level L is at most 2^L bytes long, so its first and last
+ * granule (2^L-aligned blocks) are equal or adjacent. If it overlaps
+ * [qs, ql], one of them lies among the granules qs >> L .. ql >> L:
+ * its first byte does when it is in the range; else it starts before
+ * qs, and its last byte is in the range, or past ql with the whole
+ * range inside it, when qs and ql share a granule with one of its ends
+ * (granules first..last are at most two). Every indexed region sits in
+ * the chains of both its granules, so reading those chains at each level
+ * in use finds every indexed region that overlaps. Chains of other
+ * levels (the hash leaves the level out) only add slots to check.
+ *
+ * Regions are page-aligned (region.h), so page numbers decide overlap
+ * exactly: region pages [sp, sp + n] overlap the bytes when
+ * sp <= ql >> shift and sp + n >= qs >> shift.
+ */
+enum mrmgr__lk_near mrmgr__lookup_near(const struct mrmgr_cache *c,
+				       uint64_t qs, uint64_t ql)
+{
+	const struct mrmgr__lk_table *t = c->lookup.newest;
+	uint64_t levels, chains = 0, qsp, qlp;
+
+	/* Not held, or not all held: only the tree knows. */
+	if (c->lookup.broken || !t || t->partial)
+		return MRMGR__LK_ASK_TREE;
+	levels = t->levels;
+	for (uint64_t m = levels; m; m &= m - 1) {
+		unsigned int l = (unsigned int)__builtin_ctzll(m);
+		uint64_t d = (ql >> l) - (qs >> l);
+
+		if (d >= NEAR_CHAINS || (chains += d + 1) > NEAR_CHAINS)
+			return MRMGR__LK_ASK_TREE;
+	}
+	qsp = qs >> t->page_shift;
+	qlp = ql >> t->page_shift;
+	for (; levels; levels &= levels - 1) {
+		unsigned int l = (unsigned int)__builtin_ctzll(levels);
+
+		for (uint64_t g = qs >> l;; g++) {
+			uint64_t i = mrmgr__lk_home(l, g);
+
+			for (;; i++) {
+				const struct mrmgr__lk_slot *s =
+					&t->slot[i & t->mask];
+				uint64_t sp = s->range >> MRMGR__LK_LEN_BITS;
+
+				/* At most 3/8 full: a chain ends. */
+				if (!s->rp)
+					break;
+				if (sp <= qlp &&
+				    sp + (s->range & MRMGR__LK_LEN_MASK) >= qsp)
+					return MRMGR__LK_SOME;
+			}
+			if (g == ql >> l)
+				break;
+		}
+	}
+	return MRMGR__LK_NONE;
+}
+
 void mrmgr__lookup_clear(struct mrmgr_cache *c)
 {
 	struct mrmgr__lk_table *t = c->lookup.newest;

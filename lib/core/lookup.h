@@ -182,4 +182,19 @@ void mrmgr__lookup_clear(struct mrmgr_cache *c);
 /* Free every table (cache destruction, no readers left). */
 void mrmgr__lookup_fini(struct mrmgr_cache *c);
 
+/* mrmgr__lookup_near()'s answers. */
+enum mrmgr__lk_near {
+	MRMGR__LK_NONE,     /* no cached region overlaps the range */
+	MRMGR__LK_SOME,     /* an indexed region overlaps it */
+	MRMGR__LK_ASK_TREE, /* the index cannot say: walk the tree */
+};
+
+/*
+ * Whether a cached region overlaps the byte range [qs, ql], from the
+ * index alone: a miss asks before its tree walk, as the usual miss has
+ * nothing there. Writer side (cache lock held); reads a few chains.
+ */
+enum mrmgr__lk_near mrmgr__lookup_near(const struct mrmgr_cache *c,
+				       uint64_t qs, uint64_t ql);
+
 #endif /* MRMGR__LOOKUP_H */
