@@ -73,6 +73,12 @@ struct mrmgr__lookup {
 	uint64_t unindexed;       /* cached regions the index does not hold */
 	uint32_t level_count[64]; /* regions per level */
 	int broken;               /* out of memory once: tree only from now */
+	/* Slots per (level, granule) folded 4 x slots ways, so a miss can
+	 * see that the chains near its range are empty in one cache line
+	 * (mrmgr__lookup_near); NULL: not kept (out of memory, or a count
+	 * overflowed) until the next table. */
+	uint8_t *near;
+	uint64_t near_mask;
 };
 
 /* IBV access bits as the 6 tag bits: bits 0-4 as they are, bit 20

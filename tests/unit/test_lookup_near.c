@@ -25,7 +25,7 @@
 #define PG (UINT64_C(1) << SHIFT)
 #define BASE (UINT64_C(1) << 40) /* page-aligned, indexable */
 #define WINDOW_PAGES 65536       /* regions start in 256 MiB */
-#define NREG 256
+#define NREG 320
 
 struct bare {
 	struct mrmgr_cache *c;
@@ -172,10 +172,18 @@ Test(lookup_near, agrees_with_the_tree_on_a_random_trace)
 				query(&b, &seed, &t);
 		}
 		cr_assert_eq(mrmgr__itree_check(&b.c->tree), 0);
+		cr_assert_not_null(b.c->lookup.near, "the filter is kept");
 		for (int i = 0; i < NREG; i++)
 			if (b.live[i])
 				del(&b, i);
 		cr_assert_eq(b.c->lookup.used, 0);
+		/* Every count went back to zero, or the filter only hides
+		 * its errors by sending the miss to the chains. */
+		for (uint64_t j = 0; j <= b.c->lookup.near_mask; j++)
+			if (b.c->lookup.near[j])
+				cr_assert_fail("filter count %" PRIu64
+					       " left at %u",
+					       j, b.c->lookup.near[j]);
 		cr_assert_eq(mrmgr__lookup_near(b.c, BASE, BASE + PG),
 			     MRMGR__LK_NONE, "empty index: nothing there");
 	}
@@ -263,5 +271,36 @@ Test(lookup_near, falls_back_to_the_tree)
 	cr_assert_eq(mrmgr__lookup_near(b.c, BASE + PG, BASE + 2 * PG),
 		     MRMGR__LK_ASK_TREE);
 	b.c->lookup.broken = 0;
+	bare_close(&b);
+}
+
+/*
+ * Granules 2^20 apart fold onto one counter of the near filter: the 256th
+ * overflows it, and the filter is dropped; the chains still answer.
+ */
+Test(lookup_near, filter_overflow_drops_it)
+{
+	struct bare b;
+	uint64_t apart = PG << 20;
+
+	bare_open(&b);
+	for (int i = 0; i < 255; i++)
+		add(&b, i, BASE + (uint64_t)i * apart,
+		    BASE + (uint64_t)i * apart + PG - 1);
+	cr_assert_not_null(b.c->lookup.near);
+	cr_assert_eq(mrmgr__lookup_near(b.c, BASE + PG - 1, BASE + 2 * PG),
+		     MRMGR__LK_SOME, "reaches the first region");
+	add(&b, 255, BASE + 255 * apart, BASE + 255 * apart + PG - 1);
+	cr_assert_null(b.c->lookup.near, "a count overflowed");
+	for (int i = 0; i < 256; i++) {
+		uint64_t s = BASE + (uint64_t)i * apart;
+
+		cr_assert_eq(mrmgr__lookup_near(b.c, s + PG - 1, s + 2 * PG),
+			     MRMGR__LK_SOME);
+		cr_assert_eq(mrmgr__lookup_near(b.c, s + PG, s + 2 * PG),
+			     MRMGR__LK_NONE);
+	}
+	for (int i = 0; i < 256; i++)
+		del(&b, i);
 	bare_close(&b);
 }
