@@ -348,32 +348,28 @@ enum mrmgr__lk_near mrmgr__lookup_near(const struct mrmgr_cache *c,
 				       uint64_t qs, uint64_t ql)
 {
 	const struct mrmgr__lk_table *t = c->lookup.newest;
-	uint64_t levels, chains = 0, qsp, qlp;
 	const uint8_t *filter = c->lookup.near;
+	uint64_t levels, chains = 0, qsp, qlp;
 
 	/* Not held, or not all held: only the tree knows. */
 	if (c->lookup.broken || !t || t->partial)
 		return MRMGR__LK_ASK_TREE;
-	levels = t->levels;
-	for (uint64_t m = levels; m; m &= m - 1) {
-		unsigned int l = (unsigned int)__builtin_ctzll(m);
-		uint64_t d = (ql >> l) - (qs >> l);
-
-		if (d >= NEAR_CHAINS || (chains += d + 1) > NEAR_CHAINS)
-			return MRMGR__LK_ASK_TREE;
-	}
 	qsp = qs >> t->page_shift;
 	qlp = ql >> t->page_shift;
-	for (; levels; levels &= levels - 1) {
+	for (levels = t->levels; levels; levels &= levels - 1) {
 		unsigned int l = (unsigned int)__builtin_ctzll(levels);
+		uint64_t g = qs >> l, d = (ql >> l) - g;
 
-		for (uint64_t g = qs >> l;; g++) {
+		/* Past the budget, a region found already is still one. */
+		if (d >= NEAR_CHAINS || (chains += d + 1) > NEAR_CHAINS)
+			return MRMGR__LK_ASK_TREE;
+		for (d += g;; g++) {
 			/* No slot of this granule: its chain holds none of
 			 * the regions sought. */
 			if ((!filter || *near_count(&c->lookup, l, g)) &&
 			    chain_overlaps(t, mrmgr__lk_home(l, g), qsp, qlp))
 				return MRMGR__LK_SOME;
-			if (g == ql >> l)
+			if (g == d)
 				break;
 		}
 	}
