@@ -35,9 +35,12 @@ static unsigned int level_of(uint64_t pages, unsigned int page_shift)
 	return l < 63 ? l : 63;
 }
 
-/* Whether the index can hold a region, and its packed range. */
-static int pack_range(const struct mrmgr_region *r, unsigned int page_shift,
-		      uint64_t *range, unsigned int *level)
+/* Whether the index can hold a region, and its packed range. Inlined:
+ * every insertion and removal asks, and as a call it cost a third of the
+ * removal's own instructions. */
+static inline __attribute__((always_inline)) int
+pack_range(const struct mrmgr_region *r, unsigned int page_shift,
+	   uint64_t *range, unsigned int *level)
 {
 	uint64_t first = r->node.start >> page_shift;
 	uint64_t pages = ((r->node.last - r->node.start) >> page_shift) + 1;
