@@ -233,8 +233,9 @@ void mrmgr__lookup_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
  * Remove the slot of r in granule's chain, shifting later slots of the
  * chain back into the hole (linear probing's deletion). 0: not found.
  */
-static int slot_del(struct mrmgr__lk_table *t, unsigned int level,
-		    uint64_t granule, const struct mrmgr_region *r)
+static inline __attribute__((always_inline)) int
+slot_del(struct mrmgr__lk_table *t, unsigned int level, uint64_t granule,
+	 const struct mrmgr_region *r)
 {
 	uint64_t mask = t->mask;
 	uint64_t i = mrmgr__lk_home(level, granule) & mask;
