@@ -183,13 +183,16 @@ void mrmgr__itree_insert(struct mrmgr__itree *t, itnode *node)
 {
 	itnode **link = &t->root;
 	itnode *parent = NULL;
+	/* In locals: the stores below are volatile, so the compiler would
+	 * load node's keys again at every level. */
+	uint64_t start = node->start, last = node->last;
 
 	/* Equal starts go right; each node passed gains node's end. */
 	while (*link) {
 		parent = *link;
-		if (parent->subtree_last < node->last)
-			MRMGR__WRITE_ONCE(parent->subtree_last, node->last);
-		link = node->start < parent->start ? &parent->left : &parent->right;
+		if (parent->subtree_last < last)
+			MRMGR__WRITE_ONCE(parent->subtree_last, last);
+		link = start < parent->start ? &parent->left : &parent->right;
 	}
 	/*
 	 * Fill the node in, then publish it with a release store so that a
