@@ -35,9 +35,12 @@ static unsigned int level_of(uint64_t pages, unsigned int page_shift)
 	return l < 63 ? l : 63;
 }
 
-/* Whether the index can hold a region, and its packed range. */
-static int pack_range(const struct mrmgr_region *r, unsigned int page_shift,
-		      uint64_t *range, unsigned int *level)
+/* Whether the index can hold a region, and its packed range. Inlined:
+ * every insertion and removal asks, and as a call it cost a third of the
+ * removal's own instructions. */
+static inline __attribute__((always_inline)) int
+pack_range(const struct mrmgr_region *r, unsigned int page_shift,
+	   uint64_t *range, unsigned int *level)
 {
 	uint64_t first = r->node.start >> page_shift;
 	uint64_t pages = ((r->node.last - r->node.start) >> page_shift) + 1;
@@ -68,6 +71,41 @@ static struct mrmgr__lk_table *table_new(uint64_t slots,
 	t->mask = slots - 1;
 	t->page_shift = page_shift;
 	return t;
+}
+
+/*
+ * The near filter's counter of (level, granule): granules side by side
+ * share a cache line (a miss asks about three of them); levels start
+ * apart.
+ */
+static uint8_t *near_count(const struct mrmgr__lookup *lk, unsigned int level,
+			   uint64_t granule)
+{
+	return &lk->near[(granule + level * UINT64_C(0x9E3779B9)) &
+			 lk->near_mask];
+}
+
+static void near_add(struct mrmgr__lookup *lk, unsigned int level,
+		     uint64_t granule)
+{
+	uint8_t *n;
+
+	if (!lk->near)
+		return;
+	n = near_count(lk, level, granule);
+	if (++*n == 0) {
+		/* Many granules folded onto one: the chains alone until
+		 * the next table. */
+		mrmgr__pool_free(lk->near, lk->near_mask + 1);
+		lk->near = NULL;
+	}
+}
+
+static void near_sub(struct mrmgr__lookup *lk, unsigned int level,
+		     uint64_t granule)
+{
+	if (lk->near)
+		--*near_count(lk, level, granule);
 }
 
 /* Put (range, rp) in the first empty slot of its chain. */
@@ -105,6 +143,10 @@ static int grow(struct mrmgr_cache *c)
 
 	if (!t)
 		return 0;
+	/* A filter to match, rebuilt below; without one, the chains. */
+	mrmgr__pool_free(c->lookup.near, c->lookup.near_mask + 1);
+	c->lookup.near_mask = 4 * (t->mask + 1) - 1;
+	c->lookup.near = mrmgr__pool_alloc(c->lookup.near_mask + 1, 0);
 	if (old) {
 		for (uint64_t i = 0; i <= old->mask; i++) {
 			const struct mrmgr__lk_slot *s = &old->slot[i];
@@ -120,6 +162,7 @@ static int grow(struct mrmgr_cache *c)
 							 : first;
 			slot_put(t, l, (at << c->page_shift) >> l, s->range,
 				 s->rp);
+			near_add(&c->lookup, l, (at << c->page_shift) >> l);
 		}
 		t->levels = old->levels;
 		t->partial = old->partial;
@@ -174,10 +217,12 @@ void mrmgr__lookup_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
 	}
 	tag = mrmgr__lk_access_tag(r->access);
 	slot_put(t, l, first, range, (uintptr_t)r | tag);
+	near_add(&c->lookup, l, first);
 	c->lookup.used++;
 	if (lastp != first) {
 		slot_put(t, l, lastp, range,
 			 (uintptr_t)r | tag | MRMGR__LK_TAG_LAST);
+		near_add(&c->lookup, l, lastp);
 		c->lookup.used++;
 	}
 	if (c->lookup.level_count[l]++ == 0)
@@ -188,8 +233,9 @@ void mrmgr__lookup_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
  * Remove the slot of r in granule's chain, shifting later slots of the
  * chain back into the hole (linear probing's deletion). 0: not found.
  */
-static int slot_del(struct mrmgr__lk_table *t, unsigned int level,
-		    uint64_t granule, const struct mrmgr_region *r)
+static inline __attribute__((always_inline)) int
+slot_del(struct mrmgr__lk_table *t, unsigned int level, uint64_t granule,
+	 const struct mrmgr_region *r)
 {
 	uint64_t mask = t->mask;
 	uint64_t i = mrmgr__lk_home(level, granule) & mask;
@@ -242,9 +288,11 @@ void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 	 */
 	ok = t && slot_del(t, l, r->node.start >> l, r);
 	if (ok) {
+		near_sub(&c->lookup, l, r->node.start >> l);
 		c->lookup.used--;
 		if (r->node.last >> l != r->node.start >> l) {
 			ok = slot_del(t, l, r->node.last >> l, r);
+			near_sub(&c->lookup, l, r->node.last >> l);
 			c->lookup.used--;
 		}
 	}
@@ -260,6 +308,78 @@ void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 		MRMGR__WRITE_ONCE(t->levels, t->levels & ~(UINT64_C(1) << l));
 }
 
+/*
+ * Chains mrmgr__lookup_near() reads at most before it leaves the answer
+ * to the tree: a chain is one or two cache lines of slots, a tree walk
+ * some ten cold nodes at a thousand regions.
+ */
+#define NEAR_CHAINS 8
+
+/*
+ * A region at level L is at most 2^L bytes long, so its first and last
+ * granule (2^L-aligned blocks) are equal or adjacent. If it overlaps
+ * [qs, ql], one of them lies among the granules qs >> L .. ql >> L:
+ * its first byte does when it is in the range; else it starts before
+ * qs, and its last byte is in the range, or past ql with the whole
+ * range inside it, when qs and ql share a granule with one of its ends
+ * (granules first..last are at most two). Every indexed region sits in
+ * the chains of both its granules, so reading those chains at each level
+ * in use finds every indexed region that overlaps. Chains of other
+ * levels (the hash leaves the level out) only add slots to check.
+ *
+ * Regions are page-aligned (region.h), so page numbers decide overlap
+ * exactly: region pages [sp, sp + n] overlap the bytes when
+ * sp <= ql >> shift and sp + n >= qs >> shift.
+ */
+/* Whether the chain from home holds a region overlapping pages
+ * [qsp, qlp]. */
+static int chain_overlaps(const struct mrmgr__lk_table *t, uint64_t i,
+			  uint64_t qsp, uint64_t qlp)
+{
+	for (;; i++) {
+		const struct mrmgr__lk_slot *s = &t->slot[i & t->mask];
+		uint64_t sp = s->range >> MRMGR__LK_LEN_BITS;
+
+		/* At most 3/8 full: a chain ends. */
+		if (!s->rp)
+			return 0;
+		if (sp <= qlp && sp + (s->range & MRMGR__LK_LEN_MASK) >= qsp)
+			return 1;
+	}
+}
+
+enum mrmgr__lk_near mrmgr__lookup_near(const struct mrmgr_cache *c,
+				       uint64_t qs, uint64_t ql)
+{
+	const struct mrmgr__lk_table *t = c->lookup.newest;
+	const uint8_t *filter = c->lookup.near;
+	uint64_t levels, chains = 0, qsp, qlp;
+
+	/* Not held, or not all held: only the tree knows. */
+	if (c->lookup.broken || !t || t->partial)
+		return MRMGR__LK_ASK_TREE;
+	qsp = qs >> t->page_shift;
+	qlp = ql >> t->page_shift;
+	for (levels = t->levels; levels; levels &= levels - 1) {
+		unsigned int l = (unsigned int)__builtin_ctzll(levels);
+		uint64_t g = qs >> l, d = (ql >> l) - g;
+
+		/* Past the budget, a region found already is still one. */
+		if (d >= NEAR_CHAINS || (chains += d + 1) > NEAR_CHAINS)
+			return MRMGR__LK_ASK_TREE;
+		for (d += g;; g++) {
+			/* No slot of this granule: its chain holds none of
+			 * the regions sought. */
+			if ((!filter || *near_count(&c->lookup, l, g)) &&
+			    chain_overlaps(t, mrmgr__lk_home(l, g), qsp, qlp))
+				return MRMGR__LK_SOME;
+			if (g == d)
+				break;
+		}
+	}
+	return MRMGR__LK_NONE;
+}
+
 void mrmgr__lookup_clear(struct mrmgr_cache *c)
 {
 	struct mrmgr__lk_table *t = c->lookup.newest;
@@ -272,6 +392,8 @@ void mrmgr__lookup_clear(struct mrmgr_cache *c)
 		MRMGR__WRITE_ONCE(t->levels, 0);
 		MRMGR__WRITE_ONCE(t->partial, 0);
 	}
+	if (c->lookup.near)
+		memset(c->lookup.near, 0, c->lookup.near_mask + 1);
 	c->lookup.used = 0;
 	c->lookup.unindexed = 0;
 	memset(c->lookup.level_count, 0, sizeof(c->lookup.level_count));
@@ -289,4 +411,6 @@ void mrmgr__lookup_fini(struct mrmgr_cache *c)
 	}
 	c->lk = NULL;
 	c->lookup.newest = NULL;
+	mrmgr__pool_free(c->lookup.near, c->lookup.near_mask + 1);
+	c->lookup.near = NULL;
 }

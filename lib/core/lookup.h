@@ -73,6 +73,12 @@ struct mrmgr__lookup {
 	uint64_t unindexed;       /* cached regions the index does not hold */
 	uint32_t level_count[64]; /* regions per level */
 	int broken;               /* out of memory once: tree only from now */
+	/* Slots per (level, granule) folded 4 x slots ways, so a miss can
+	 * see that the chains near its range are empty in one cache line
+	 * (mrmgr__lookup_near); NULL: not kept (out of memory, or a count
+	 * overflowed) until the next table. */
+	uint8_t *near;
+	uint64_t near_mask;
 };
 
 /* IBV access bits as the 6 tag bits: bits 0-4 as they are, bit 20
@@ -181,5 +187,20 @@ void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__lookup_clear(struct mrmgr_cache *c);
 /* Free every table (cache destruction, no readers left). */
 void mrmgr__lookup_fini(struct mrmgr_cache *c);
+
+/* mrmgr__lookup_near()'s answers. */
+enum mrmgr__lk_near {
+	MRMGR__LK_NONE,     /* no cached region overlaps the range */
+	MRMGR__LK_SOME,     /* an indexed region overlaps it */
+	MRMGR__LK_ASK_TREE, /* the index cannot say: walk the tree */
+};
+
+/*
+ * Whether a cached region overlaps the byte range [qs, ql], from the
+ * index alone: a miss asks before its tree walk, as the usual miss has
+ * nothing there. Writer side (cache lock held); reads a few chains.
+ */
+enum mrmgr__lk_near mrmgr__lookup_near(const struct mrmgr_cache *c,
+				       uint64_t qs, uint64_t ql);
 
 #endif /* MRMGR__LOOKUP_H */

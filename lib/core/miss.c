@@ -47,11 +47,14 @@ static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
 	unsigned int acc = *access;
 	int grown, joined = 0, growth = 0;
 	uint64_t qs = s ? s - 1 : 0, ql = l != UINT64_MAX ? l + 1 : l;
-	/* The usual miss: nothing overlaps or touches the request, one
-	 * walk down the tree says so. */
-	struct mrmgr__itree_node *first =
-		mrmgr__itree_first_overlap(&c->tree, qs, ql);
+	struct mrmgr__itree_node *first;
 
+	/* The usual miss: nothing overlaps or touches the request. The
+	 * index's chains near it say so in a few cache lines; else one walk
+	 * down the tree does. */
+	if (mrmgr__lookup_near(c, qs, ql) == MRMGR__LK_NONE)
+		return 0;
+	first = mrmgr__itree_first_overlap(&c->tree, qs, ql);
 	if (!first)
 		return 0;
 	for (struct mrmgr__itree_node *n =

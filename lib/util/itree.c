@@ -97,14 +97,21 @@ static uint64_t compute_subtree_last(const itnode *n)
 }
 
 /*
- * Recompute subtree_last from n rootwards, short of stop. Once a value
- * comes out unchanged, so do the ancestors' inputs: stop there.
+ * n's subtree lost a node whose end was gone (and nothing else changed
+ * below n): recompute subtree_last from n rootwards, short of stop. Once
+ * a value comes out unchanged, so do the ancestors' inputs: stop there.
+ * A value above gone came from a node still there, so it and every
+ * value above it stay: stop without reading the children (for a node
+ * near the leaves, a sibling's cold cache line).
  */
-static void propagate(itnode *n, const itnode *stop)
+static void propagate_lost(itnode *n, const itnode *stop, uint64_t gone)
 {
 	for (; n != stop; n = parent_of(n)) {
-		uint64_t m = compute_subtree_last(n);
+		uint64_t m;
 
+		if (n->subtree_last > gone)
+			break;
+		m = compute_subtree_last(n);
 		if (m == n->subtree_last)
 			break;
 		MRMGR__WRITE_ONCE(n->subtree_last, m);
@@ -176,13 +183,16 @@ void mrmgr__itree_insert(struct mrmgr__itree *t, itnode *node)
 {
 	itnode **link = &t->root;
 	itnode *parent = NULL;
+	/* In locals: the stores below are volatile, so the compiler would
+	 * load node's keys again at every level. */
+	uint64_t start = node->start, last = node->last;
 
 	/* Equal starts go right; each node passed gains node's end. */
 	while (*link) {
 		parent = *link;
-		if (parent->subtree_last < node->last)
-			MRMGR__WRITE_ONCE(parent->subtree_last, node->last);
-		link = node->start < parent->start ? &parent->left : &parent->right;
+		if (parent->subtree_last < last)
+			MRMGR__WRITE_ONCE(parent->subtree_last, last);
+		link = start < parent->start ? &parent->left : &parent->right;
 	}
 	/*
 	 * Fill the node in, then publish it with a release store so that a
@@ -258,7 +268,7 @@ void mrmgr__itree_remove(struct mrmgr__itree *t, itnode *z)
 		replace_child(t, parent, z, c);
 		if (c)
 			set_parent_color(c, parent, BLACK);
-		propagate(parent, NULL);
+		propagate_lost(parent, NULL, z->last);
 		if (!c && !is_red(z))
 			remove_fixup(t, parent);
 		return;
@@ -292,11 +302,11 @@ void mrmgr__itree_remove(struct mrmgr__itree *t, itnode *z)
 	/*
 	 * From y's old parent up to y's new spot, subtrees lost y; from y up,
 	 * they lost z. Seeding y with z's old value lets the second walk's
-	 * early stop compare against what the ancestors were built from.
+	 * early stops compare against what the ancestors were built from.
 	 */
 	MRMGR__WRITE_ONCE(y->subtree_last, z->subtree_last);
-	propagate(xparent, y);
-	propagate(y, NULL);
+	propagate_lost(xparent, y, y->last);
+	propagate_lost(y, NULL, z->last);
 
 	if (lost_black) {
 		if (x) /* y had no left child, so a right child is red */
