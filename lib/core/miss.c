@@ -403,9 +403,18 @@ have_mr:
 	r->asked_last = al > last ? al : last;
 	/* New: spared by the hand like a hit region, but after a lap it goes
 	 * before regions hit since (evict.c). */
-	if (!(mrmgr__ref_take(r, slot) & MRMGR__REF_NEW))
-		__atomic_fetch_or(mrmgr__ref_word(r, slot), MRMGR__REF_NEW,
-				  __ATOMIC_RELAXED);
+	{
+		/* The reference and the mark in one locked add: only the
+		 * lock's holder sets or clears NEW, so the load tells whether
+		 * adding it sets the bit (no carry); stale readers of a
+		 * recycled region change only the count. */
+		uint64_t *w = mrmgr__ref_word(r, slot);
+		uint64_t add = MRMGR__REF_ONE;
+
+		if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & MRMGR__REF_NEW))
+			add += MRMGR__REF_NEW;
+		__atomic_fetch_add(w, add, __ATOMIC_SEQ_CST);
+	}
 	mrmgr__ext_region_added(c, r);
 
 	if (cacheable && watch_commit(c, &watch, r)) {
