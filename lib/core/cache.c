@@ -227,6 +227,7 @@ void mrmgr__cache_fork_child(struct mrmgr_cache *c)
 	c->reap = NULL;
 	c->reap_on = 0;
 	c->age_hand = NULL;
+	c->inflight_waiters = 0;
 	pthread_cond_init(&c->inflight_done, NULL);
 }
 

@@ -103,6 +103,7 @@ struct mrmgr_cache {
 	struct mrmgr__inflight inflight; /* ring of registrations under way
 					  * without the lock (miss.c) */
 	pthread_cond_t inflight_done;    /* one of them ended */
+	unsigned int inflight_waiters;   /* threads waiting on it (lock) */
 	struct mrmgr_region *reap;       /* evicted, deregistered once the
 					  * lock is released (release.c) */
 	int reap_on;                     /* evictions go to reap */

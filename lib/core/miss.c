@@ -168,13 +168,18 @@ static void inflight_end(struct mrmgr_cache *c, struct mrmgr__inflight *f)
 {
 	f->prev->next = f->next;
 	f->next->prev = f->prev;
-	pthread_cond_broadcast(&c->inflight_done);
+	/* Waiters count themselves under the lock we hold: with none,
+	 * no broadcast (most misses end with nobody waiting). */
+	if (c->inflight_waiters)
+		pthread_cond_broadcast(&c->inflight_done);
 }
 
 /* Lock held; returns with it held, after some registration ended. */
 static void inflight_wait(struct mrmgr_cache *c)
 {
+	c->inflight_waiters++;
 	pthread_cond_wait(&c->inflight_done, &c->lock);
+	c->inflight_waiters--;
 }
 
 /* [start, last] is invalidated: registrations under way over it are not
