@@ -418,7 +418,11 @@ int mrmgr__watch_begin(struct mrmgr__mon_cache *m, uint64_t start,
 	uint32_t mode = m->mode;
 	int err = ERR_NO_SOURCE, herr;
 
-	memset(tx, 0, sizeof(*tx));
+	/* Only what is read before a join fills the rest (no memset: it
+	 * was most of this function's time on a miss). */
+	tx->kind = TX_NONE;
+	tx->w.joined = 0;
+	tx->w.dirty = 0;
 	tx->start = start;
 	tx->last = last;
 	/* Before anything pins the range, so notifications reach us; then
