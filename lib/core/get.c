@@ -98,10 +98,14 @@ static inline struct mrmgr_region *candidate(struct mrmgr_cache *c,
 	return n ? mrmgr__node_region(n) : NULL;
 }
 
-/* The lock-free hit path. NULL: go to the slow path. */
-struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
-					 uint64_t last, unsigned int access,
-					 unsigned int slot)
+/*
+ * The lock-free hit path. NULL: go to the slow path; *miss_seq is then
+ * the (even) sequence count at which the lookup was sure there is no
+ * such region, or stays odd when it could not tell.
+ */
+static struct mrmgr_region *try_hit(struct mrmgr_cache *c, uint64_t start,
+				    uint64_t last, unsigned int access,
+				    unsigned int slot, uint64_t *miss_seq)
 {
 	for (int attempt = 0; attempt < HIT_ATTEMPTS; attempt++) {
 		uint64_t seq = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
@@ -114,8 +118,10 @@ struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
 		if (!r) {
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
 			if (sure &&
-			    __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq)
+			    __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq) {
+				*miss_seq = seq;
 				return NULL; /* a true miss */
+			}
 			continue;
 		}
 		/*
@@ -134,6 +140,20 @@ struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
 	}
 	return NULL;
 }
+
+struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
+					 uint64_t last, unsigned int access,
+					 unsigned int slot)
+{
+	uint64_t miss_seq = 1;
+
+	return try_hit(c, start, last, access, slot, &miss_seq);
+}
+
+static int get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
+			 uint64_t start, uint64_t last, unsigned int access,
+			 unsigned int slot, unsigned int gflags,
+			 uint64_t miss_seq, struct mrmgr_region **out);
 
 int mrmgr__cache_check_range(const char *fn, const void *addr, size_t length,
 			     uint64_t page_mask, uint64_t *start, uint64_t *last)
@@ -188,6 +208,7 @@ static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
 	uint64_t start, last;
 	unsigned int slot;
 	struct mrmgr_region *r;
+	uint64_t miss_seq = 1; /* odd: no lock-free lookup was sure */
 	int ret;
 
 	if (!c || !region) {
@@ -212,7 +233,7 @@ static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
 	}
 	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
 	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
-		r = mrmgr__core_try_hit(c, start, last, access, slot);
+		r = try_hit(c, start, last, access, slot, &miss_seq);
 		if (r) {
 			*region = r;
 			return 0;
@@ -220,8 +241,8 @@ static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
 	}
 
 	pthread_mutex_lock(&c->lock);
-	ret = mrmgr__core_get_locked(c, start, last, access, slot,
-				      MRMGR__GET_MAY_UNLOCK, &r);
+	ret = get_pd_locked(c, NULL, start, last, access, slot,
+			    MRMGR__GET_MAY_UNLOCK, miss_seq, &r);
 	pthread_mutex_unlock(&c->lock);
 	if (!ret)
 		*region = r;
@@ -242,6 +263,21 @@ int mrmgr__core_get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
 			      unsigned int access, unsigned int slot,
 			      unsigned int gflags, struct mrmgr_region **out)
 {
+	return get_pd_locked(c, pd, start, last, access, slot, gflags, 1, out);
+}
+
+/*
+ * miss_seq: even when a lock-free lookup of this very request was sure,
+ * at that sequence count, that no region answers it. Every change of
+ * the tree and the index is a write section of the count (hit.h), so
+ * while the count is still that (the lock is held: it cannot move) the
+ * answer stands, and a miss does not look twice.
+ */
+static int get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
+			 uint64_t start, uint64_t last, unsigned int access,
+			 unsigned int slot, unsigned int gflags,
+			 uint64_t miss_seq, struct mrmgr_region **out)
+{
 	struct mrmgr_region *r;
 	int ret;
 
@@ -250,9 +286,12 @@ int mrmgr__core_get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
 		 * found. */
 		if (!mrmgr__mon_quiet(&c->mon_seen))
 			mrmgr__cache_apply_events(c);
-		r = (c->flags & MRMGR_CACHE_DISABLE)
-			    ? NULL
-			    : lookup_locked(c, start, last, access);
+		if (c->flags & MRMGR_CACHE_DISABLE)
+			r = NULL;
+		else if (!again && c->seq == miss_seq)
+			r = NULL; /* the lock-free lookup's true miss stands */
+		else
+			r = lookup_locked(c, start, last, access);
 		if (r) {
 			/* Another thread registered it meanwhile. */
 			mark_used(r, slot, mrmgr__ref_take(r, slot));
