@@ -200,6 +200,23 @@ int mrmgr__core_check_request(const char *fn, const struct mrmgr_cache *c,
 	return ret ? ret : mrmgr__core_check_access(fn, access);
 }
 
+/*
+ * What mrmgr__cache_check_range() and mrmgr__core_check_access() accept,
+ * inline: every miss passes here, and the calls cost it more than the
+ * tests. 0 sends the caller to them for the error and its log line.
+ */
+static inline int args_ok(uintptr_t a, size_t length, unsigned int access,
+			  uint64_t page_mask)
+{
+	uintptr_t end = a + (length - 1);
+
+	return a && length && end >= a && (end | page_mask) >= a &&
+	       !(access & ~(unsigned int)KNOWN_ACCESS) &&
+	       (!(access & (IBV_ACCESS_REMOTE_WRITE |
+			    IBV_ACCESS_REMOTE_ATOMIC)) ||
+		(access & IBV_ACCESS_LOCAL_WRITE));
+}
+
 /* The body of mrmgr_get() and mrmgr_get_ex(); pd: the PD asked for (NULL:
  * the cache's first). */
 static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
@@ -209,18 +226,26 @@ static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
 	unsigned int slot;
 	struct mrmgr_region *r;
 	uint64_t miss_seq = 1; /* odd: no lock-free lookup was sure */
+	uint64_t page_mask;
 	int ret;
 
 	if (!c || !region) {
 		mrmgr__err("mrmgr_get: NULL %s", !c ? "cache" : "region pointer");
 		return EINVAL;
 	}
-	ret = mrmgr__cache_check_range("mrmgr_get", addr, length,
-			  ((uint64_t)1 << c->page_shift) - 1, &start, &last);
-	if (!ret)
-		ret = mrmgr__core_check_access("mrmgr_get", access);
-	if (ret)
-		return ret;
+	page_mask = ((uint64_t)1 << c->page_shift) - 1;
+	if (mrmgr__likely(args_ok((uintptr_t)addr, length, access, page_mask))) {
+		start = (uintptr_t)addr & ~page_mask;
+		last = ((uintptr_t)addr + (length - 1)) | page_mask;
+	} else {
+		/* Which check failed, and its log line. */
+		ret = mrmgr__cache_check_range("mrmgr_get", addr, length,
+					       page_mask, &start, &last);
+		if (!ret)
+			ret = mrmgr__core_check_access("mrmgr_get", access);
+		if (ret)
+			return ret;
+	}
 
 	slot = mrmgr__thread_slot() & (c->nstripes - 1);
 	if (mrmgr__unlikely(c->flags & MRMGR__CACHE_EXT_GET))

@@ -145,3 +145,82 @@ Test(get, sure_misses_count_and_register_once)
 	fx_close(&f);
 	munmap(buf, (size_t)N * 64 * KiB);
 }
+
+static void quiet(enum mrmgr_log_level level, const char *msg, void *arg)
+{
+	(void)level;
+	(void)msg;
+	(void)arg;
+}
+
+/*
+ * get()'s inline argument checks accept exactly what the checkers with
+ * the log lines accept: every access combination of the known bits, an
+ * unknown one, and the range cases (NULL, zero length, wrapping), each
+ * against mrmgr__cache_check_range() and mrmgr__core_check_access().
+ */
+Test(get, inline_argument_checks_match_the_checkers)
+{
+	const unsigned int bits[] = {
+		IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE,
+		IBV_ACCESS_REMOTE_READ, IBV_ACCESS_REMOTE_ATOMIC,
+		IBV_ACCESS_MW_BIND, IBV_ACCESS_RELAXED_ORDERING, 1u << 25,
+	};
+	const unsigned int nbits = sizeof(bits) / sizeof(bits[0]);
+	struct fixture f;
+	struct mrmgr_cache_attr a = attr();
+	char *buf = map_rw(64 * KiB, 0);
+	struct {
+		void *addr;
+		size_t len;
+	} ranges[] = {
+		{ buf, 64 * KiB },
+		{ buf + 100, 1 },
+		{ NULL, 4096 },
+		{ buf, 0 },
+		{ buf, SIZE_MAX },
+		{ (void *)(UINTPTR_MAX - 4095), 8192 },
+	};
+	int accepted = 0, refused = 0;
+
+	fx_open(&f, NULL, &a);
+	mrmgr_set_log_handler(quiet, NULL, MRMGR_LOG_ERROR);
+	for (unsigned int i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+		for (unsigned int m = 0; m < 1u << nbits; m++) {
+			unsigned int access = 0;
+			uint64_t s, l;
+			mrmgr_region_t *r = NULL;
+			int want, got;
+
+			for (unsigned int b = 0; b < nbits; b++)
+				if (m & (1u << b))
+					access |= bits[b];
+			want = mrmgr__cache_check_range("test", ranges[i].addr,
+							ranges[i].len, 4095, &s, &l);
+			if (!want)
+				want = mrmgr__core_check_access("test", access);
+			got = mrmgr_get(f.cache, ranges[i].addr, ranges[i].len,
+					access, &r);
+			if (want) {
+				cr_assert_eq(got, want, "range %u access %#x: %d, not %d",
+					     i, access, got, want);
+				refused++;
+			} else {
+				/* Past the checks: the device may still refuse
+				 * an access it does not support, never EINVAL
+				 * for the arguments themselves on this one. */
+				cr_assert_neq(got, EINVAL, "range %u access %#x", i,
+					      access);
+				if (!got) {
+					mrmgr_put(r);
+					accepted++;
+				}
+			}
+		}
+	}
+	cr_assert_gt(accepted, 0);
+	cr_assert_gt(refused, 0);
+	mrmgr_set_log_handler(NULL, NULL, MRMGR_LOG_WARN);
+	fx_close(&f);
+	munmap(buf, 64 * KiB);
+}
