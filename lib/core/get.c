@@ -98,10 +98,14 @@ static inline struct mrmgr_region *candidate(struct mrmgr_cache *c,
 	return n ? mrmgr__node_region(n) : NULL;
 }
 
-/* The lock-free hit path. NULL: go to the slow path. */
-struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
-					 uint64_t last, unsigned int access,
-					 unsigned int slot)
+/*
+ * The lock-free hit path. NULL: go to the slow path; *miss_seq is then
+ * the (even) sequence count at which the lookup was sure there is no
+ * such region, or stays odd when it could not tell.
+ */
+static struct mrmgr_region *try_hit(struct mrmgr_cache *c, uint64_t start,
+				    uint64_t last, unsigned int access,
+				    unsigned int slot, uint64_t *miss_seq)
 {
 	for (int attempt = 0; attempt < HIT_ATTEMPTS; attempt++) {
 		uint64_t seq = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
@@ -114,8 +118,10 @@ struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
 		if (!r) {
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
 			if (sure &&
-			    __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq)
+			    __atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq) {
+				*miss_seq = seq;
 				return NULL; /* a true miss */
+			}
 			continue;
 		}
 		/*
@@ -134,6 +140,20 @@ struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
 	}
 	return NULL;
 }
+
+struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
+					 uint64_t last, unsigned int access,
+					 unsigned int slot)
+{
+	uint64_t miss_seq = 1;
+
+	return try_hit(c, start, last, access, slot, &miss_seq);
+}
+
+static int get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
+			 uint64_t start, uint64_t last, unsigned int access,
+			 unsigned int slot, unsigned int gflags,
+			 uint64_t miss_seq, struct mrmgr_region **out);
 
 int mrmgr__cache_check_range(const char *fn, const void *addr, size_t length,
 			     uint64_t page_mask, uint64_t *start, uint64_t *last)
@@ -180,6 +200,23 @@ int mrmgr__core_check_request(const char *fn, const struct mrmgr_cache *c,
 	return ret ? ret : mrmgr__core_check_access(fn, access);
 }
 
+/*
+ * What mrmgr__cache_check_range() and mrmgr__core_check_access() accept,
+ * inline: every miss passes here, and the calls cost it more than the
+ * tests. 0 sends the caller to them for the error and its log line.
+ */
+static inline int args_ok(uintptr_t a, size_t length, unsigned int access,
+			  uint64_t page_mask)
+{
+	uintptr_t end = a + (length - 1);
+
+	return a && length && end >= a && (end | page_mask) >= a &&
+	       !(access & ~(unsigned int)KNOWN_ACCESS) &&
+	       (!(access & (IBV_ACCESS_REMOTE_WRITE |
+			    IBV_ACCESS_REMOTE_ATOMIC)) ||
+		(access & IBV_ACCESS_LOCAL_WRITE));
+}
+
 /* The body of mrmgr_get() and mrmgr_get_ex(); pd: the PD asked for (NULL:
  * the cache's first). */
 static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
@@ -188,18 +225,27 @@ static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
 	uint64_t start, last;
 	unsigned int slot;
 	struct mrmgr_region *r;
+	uint64_t miss_seq = 1; /* odd: no lock-free lookup was sure */
+	uint64_t page_mask;
 	int ret;
 
 	if (!c || !region) {
 		mrmgr__err("mrmgr_get: NULL %s", !c ? "cache" : "region pointer");
 		return EINVAL;
 	}
-	ret = mrmgr__cache_check_range("mrmgr_get", addr, length,
-			  ((uint64_t)1 << c->page_shift) - 1, &start, &last);
-	if (!ret)
-		ret = mrmgr__core_check_access("mrmgr_get", access);
-	if (ret)
-		return ret;
+	page_mask = ((uint64_t)1 << c->page_shift) - 1;
+	if (mrmgr__likely(args_ok((uintptr_t)addr, length, access, page_mask))) {
+		start = (uintptr_t)addr & ~page_mask;
+		last = ((uintptr_t)addr + (length - 1)) | page_mask;
+	} else {
+		/* Which check failed, and its log line. */
+		ret = mrmgr__cache_check_range("mrmgr_get", addr, length,
+					       page_mask, &start, &last);
+		if (!ret)
+			ret = mrmgr__core_check_access("mrmgr_get", access);
+		if (ret)
+			return ret;
+	}
 
 	slot = mrmgr__thread_slot() & (c->nstripes - 1);
 	if (mrmgr__unlikely(c->flags & MRMGR__CACHE_EXT_GET))
@@ -212,7 +258,7 @@ static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
 	}
 	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
 	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
-		r = mrmgr__core_try_hit(c, start, last, access, slot);
+		r = try_hit(c, start, last, access, slot, &miss_seq);
 		if (r) {
 			*region = r;
 			return 0;
@@ -220,8 +266,8 @@ static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
 	}
 
 	pthread_mutex_lock(&c->lock);
-	ret = mrmgr__core_get_locked(c, start, last, access, slot,
-				      MRMGR__GET_MAY_UNLOCK, &r);
+	ret = get_pd_locked(c, NULL, start, last, access, slot,
+			    MRMGR__GET_MAY_UNLOCK, miss_seq, &r);
 	pthread_mutex_unlock(&c->lock);
 	if (!ret)
 		*region = r;
@@ -242,6 +288,21 @@ int mrmgr__core_get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
 			      unsigned int access, unsigned int slot,
 			      unsigned int gflags, struct mrmgr_region **out)
 {
+	return get_pd_locked(c, pd, start, last, access, slot, gflags, 1, out);
+}
+
+/*
+ * miss_seq: even when a lock-free lookup of this very request was sure,
+ * at that sequence count, that no region answers it. Every change of
+ * the tree and the index is a write section of the count (hit.h), so
+ * while the count is still that (the lock is held: it cannot move) the
+ * answer stands, and a miss does not look twice.
+ */
+static int get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
+			 uint64_t start, uint64_t last, unsigned int access,
+			 unsigned int slot, unsigned int gflags,
+			 uint64_t miss_seq, struct mrmgr_region **out)
+{
 	struct mrmgr_region *r;
 	int ret;
 
@@ -250,9 +311,12 @@ int mrmgr__core_get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
 		 * found. */
 		if (!mrmgr__mon_quiet(&c->mon_seen))
 			mrmgr__cache_apply_events(c);
-		r = (c->flags & MRMGR_CACHE_DISABLE)
-			    ? NULL
-			    : lookup_locked(c, start, last, access);
+		if (c->flags & MRMGR_CACHE_DISABLE)
+			r = NULL;
+		else if (!again && c->seq == miss_seq)
+			r = NULL; /* the lock-free lookup's true miss stands */
+		else
+			r = lookup_locked(c, start, last, access);
 		if (r) {
 			/* Another thread registered it meanwhile. */
 			mark_used(r, slot, mrmgr__ref_take(r, slot));

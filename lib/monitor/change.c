@@ -152,6 +152,7 @@ done:
 
 int mrmgr__mon_change_in_flight(uint64_t start, uint64_t last)
 {
+	/* First, before any load: watch_commit() has no fence of its own. */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (!__atomic_load_n(&busy, __ATOMIC_SEQ_CST))
 		return 0;

@@ -76,7 +76,9 @@ int mrmgr__mon_queue_dirty(uint64_t from, uint64_t start, uint64_t last);
  */
 void mrmgr__mon_change_begin(uint64_t start, uint64_t last);
 void mrmgr__mon_change_end(uint64_t start, uint64_t last);
-/* Whether a change overlapping [start, last] is between begin and end. */
+/* Whether a change overlapping [start, last] is between begin and end.
+ * Its first step is a seq_cst fence, before any load: watch_commit()
+ * relies on it as the fence between the registration and its checks. */
 int mrmgr__mon_change_in_flight(uint64_t start, uint64_t last);
 /* In a fork child: no change of another thread is in flight there. */
 void mrmgr__mon_change_fork_child(void);

@@ -292,6 +292,8 @@ static int sbrk_calls_brk(const struct mrmgr__patch_image *im)
 	return 0;
 }
 
+static void build_checks(void);
+
 /* Record that site t is (on) or is not ours now, as its bytes are. */
 static void mark(int t, int on)
 {
@@ -306,6 +308,7 @@ static void mark(int t, int on)
 	else
 		__atomic_fetch_and(&P.chained, ~bit, __ATOMIC_RELEASE);
 	memcpy(P.seen[t], (const void *)P.site[t].fn, sizeof(P.seen[t]));
+	build_checks();
 }
 
 /* Point site t's jump at its hook: the direct one, or the chaining
@@ -549,6 +552,7 @@ static int install(const char **why)
 	for (int t = 0; t < MRMGR__PT_COUNT; t++)
 		if (P.site[t].fn)
 			P.entry[t] = P.site[t].fn;
+	build_checks();
 	set_text_range();
 	return 0;
 }
@@ -562,40 +566,111 @@ static int install(const char **why)
  * already runs (a cache's miss, the coverage query): sixteen bytes per
  * entry point compared with what we left there.
  */
-/* 16 bytes alike: two word loads each, no call (on every miss). */
-static inline int differ16(const void *a, const void *b)
+/*
+ * What that check compares, packed where a miss finds it in a few lines
+ * of its own (it used to walk P.entry, P.seen and every P.site, a dozen
+ * lines the miss's own work had evicted): each watched entry point's
+ * first 16 bytes as we left them -- any patcher's jump starts there,
+ * at the entry or after its landing pad -- and, for a site whose short
+ * jump of ours goes to dead bytes nearby, those bytes, as the aligned
+ * 16-byte block that holds them with a mask of the bytes that count
+ * (aligned: no byte outside libc's text is read). Rebuilt (mon lock
+ * held) wherever P.seen, a site or P.targets changes; the mprotect hook
+ * reads it without the lock, as it read P.seen before: a torn read costs
+ * at worst one needless "everything changed".
+ */
+struct check_entry {
+	uintptr_t at;       /* the entry point: 16 bytes from here */
+	uint64_t want[2];
+};
+struct check_pad {
+	uintptr_t at;       /* 16-aligned */
+	uint64_t want[2], mask[2];
+};
+static struct {
+	unsigned int n, npad;
+	struct check_entry e[MRMGR__PT_COUNT];
+	uint8_t e_t[MRMGR__PT_COUNT], pad_t[MRMGR__PT_COUNT * 2];
+	struct check_pad pad[MRMGR__PT_COUNT * 2];
+} CK;
+
+static void build_checks(void)
 {
-	uint64_t x[2], y[2];
+	unsigned int n = 0, np = 0;
 
-	memcpy(x, a, sizeof(x));
-	memcpy(y, b, sizeof(y));
-	return ((x[0] ^ y[0]) | (x[1] ^ y[1])) != 0;
-}
-
-static inline int differ_short(const unsigned char *a, const unsigned char *b,
-				unsigned int n)
-{
-	unsigned char d = 0;
-
-	for (unsigned int i = 0; i < n; i++)
-		d |= a[i] ^ b[i];
-	return d != 0;
-}
-
-static uint32_t lost_sites(void)
-{
-	uint32_t lost = 0;
-
+	__atomic_store_n(&CK.n, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&CK.npad, 0, __ATOMIC_RELEASE);
 	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
 		const struct mrmgr__patch_site *s = &P.site[t];
+		uintptr_t a = s->pad;
+		const unsigned char *want = s->pad_new;
+		size_t len = s->pad_len;
 
-		if (P.entry[t] && differ16((const void *)P.entry[t], P.seen[t]))
-			lost |= 1u << t;
-		else if (s->fn && s->pad && (P.targets & (1u << t)) &&
-			 differ_short((const unsigned char *)s->pad,
-				      s->pad_new, s->pad_len))
-			lost |= 1u << t;
+		if (P.entry[t]) {
+			CK.e[n].at = P.entry[t];
+			memcpy(CK.e[n].want, P.seen[t], 16);
+			CK.e_t[n++] = (uint8_t)t;
+		}
+		if (!s->fn || !s->pad || !(P.targets & (1u << t)))
+			continue;
+		while (len) { /* at most two blocks: pad_len <= 8 */
+			uintptr_t blk = a & ~(uintptr_t)15;
+			size_t off = a - blk, k = 16 - off < len ? 16 - off : len;
+			unsigned char w[16] = { 0 }, m[16] = { 0 };
+
+			memcpy(w + off, want, k);
+			memset(m + off, 0xff, k);
+			CK.pad[np].at = blk;
+			memcpy(CK.pad[np].want, w, 16);
+			memcpy(CK.pad[np].mask, m, 16);
+			CK.pad_t[np++] = (uint8_t)t;
+			a += k;
+			want += k;
+			len -= k;
+		}
 	}
+	__atomic_store_n(&CK.npad, np, __ATOMIC_RELEASE);
+	__atomic_store_n(&CK.n, n, __ATOMIC_RELEASE);
+}
+
+static inline uint64_t entry_differs(const struct check_entry *e)
+{
+	uint64_t x[2];
+
+	memcpy(x, (const void *)e->at, sizeof(x));
+	return (x[0] ^ e->want[0]) | (x[1] ^ e->want[1]);
+}
+
+static inline uint64_t pad_differs(const struct check_pad *p)
+{
+	uint64_t x[2];
+
+	memcpy(x, (const void *)p->at, sizeof(x));
+	return ((x[0] ^ p->want[0]) & p->mask[0]) |
+	       ((x[1] ^ p->want[1]) & p->mask[1]);
+}
+
+/* On every miss: all blocks folded into one word, one branch; which
+ * target changed is worked out only when something did. */
+static uint32_t lost_sites(void)
+{
+	unsigned int n = __atomic_load_n(&CK.n, __ATOMIC_ACQUIRE);
+	unsigned int np = __atomic_load_n(&CK.npad, __ATOMIC_ACQUIRE);
+	uint64_t d = 0;
+	uint32_t lost = 0;
+
+	for (unsigned int i = 0; i < n; i++)
+		d |= entry_differs(&CK.e[i]);
+	for (unsigned int i = 0; i < np; i++)
+		d |= pad_differs(&CK.pad[i]);
+	if (mrmgr__likely(!d))
+		return 0;
+	for (unsigned int i = 0; i < n; i++)
+		if (entry_differs(&CK.e[i]))
+			lost |= 1u << CK.e_t[i];
+	for (unsigned int i = 0; i < np; i++)
+		if (pad_differs(&CK.pad[i]))
+			lost |= 1u << CK.pad_t[i];
 	return lost;
 }
 
@@ -664,6 +739,7 @@ static int resite(int t)
 		__atomic_fetch_and(&P.targets, ~(1u << t), __ATOMIC_RELEASE);
 		__atomic_fetch_and(&P.chained, ~(1u << t), __ATOMIC_RELEASE);
 		memcpy(P.seen[t], (const void *)P.entry[t], 16);
+		build_checks();
 		return 0;
 	}
 	err = encode(t);

@@ -182,6 +182,21 @@ static void fp_put_movabs(unsigned char *b, int rax, uintptr_t to)
 	}
 }
 
+/*
+ * Set: the patcher changes page permissions with the raw system call,
+ * not through libc's mprotect (as one that writes through its own
+ * writable mapping or /proc/self/mem would also bypass it): libmrmgr's
+ * mprotect hook never hears of the write, only its check at a miss.
+ */
+static int fp_raw_mprotect;
+
+static int fp_mprotect(void *a, size_t l, int prot)
+{
+	if (fp_raw_mprotect)
+		return (int)fp_ret(syscall(SYS_mprotect, a, l, prot));
+	return mprotect(a, l, prot);
+}
+
 /* Patch every entry with `form`; 0 or an errno. */
 static int fp_install(enum fp_form form)
 {
@@ -206,11 +221,11 @@ static int fp_install(enum fp_form form)
 
 			if (!tramp && !(tramp = fp_tramp_near((uintptr_t)fn)))
 				return ENOMEM;
-			if (mprotect((void *)tramp, pg, PROT_READ | PROT_WRITE))
+			if (fp_mprotect((void *)tramp, pg, PROT_READ | PROT_WRITE))
 				return errno;
 			fp_put_movabs((unsigned char *)tramp + 16 * t, 0,
 				      (uintptr_t)fp_hooks[t]);
-			if (mprotect((void *)tramp, pg, PROT_READ | PROT_EXEC))
+			if (fp_mprotect((void *)tramp, pg, PROT_READ | PROT_EXEC))
 				return errno;
 			d = (int32_t)(intptr_t)(tramp + 16 * t - ((uintptr_t)fn + 5));
 			code[0] = 0xe9;
@@ -223,10 +238,10 @@ static int fp_install(enum fp_form form)
 		}
 		lo = (uintptr_t)fn & ~(pg - 1);
 		len = (((uintptr_t)fn + n - 1) | (pg - 1)) + 1 - lo;
-		if (mprotect((void *)lo, len, PROT_READ | PROT_WRITE | PROT_EXEC))
+		if (fp_mprotect((void *)lo, len, PROT_READ | PROT_WRITE | PROT_EXEC))
 			return errno;
 		memcpy(fn, code, n);
-		if (mprotect((void *)lo, len, PROT_READ | PROT_EXEC))
+		if (fp_mprotect((void *)lo, len, PROT_READ | PROT_EXEC))
 			return errno;
 	}
 	return 0;

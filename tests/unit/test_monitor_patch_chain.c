@@ -322,6 +322,61 @@ Test(ours_first, overwritten_by_movabs_r11)
 	ours_first(FP_MOVABS_R11);
 }
 
+/*
+ * A patcher that writes without libc's mprotect: nothing tells us until
+ * the next cache miss, whose check of the entry bytes must notice it
+ * (and invalidate everything) before the miss's own lookup matters and
+ * before any later get. The miss here is of unrelated memory: the
+ * region unmapped while we were bypassed is gone after it all the same.
+ * Without the per-miss check, the last get hits the stale region.
+ */
+Test(ours_first, overwritten_without_mprotect_noticed_at_next_miss)
+{
+	const size_t len = 16 * PG;
+	struct fixture f;
+	mrmgr_region_t *r;
+	uint32_t key;
+	char *p, *q, *other;
+
+	open_default(&f);
+	mrmgr_set_log_handler(count_warnings, NULL, MRMGR_LOG_WARN);
+	p = map_rw(len, 'a');
+	/* Not next to p: a miss there must not merge over p's region (the
+	 * merged registration would pin the new pages anyway). */
+	other = (char *)map_rw(3 * len, 'c') + len;
+	cr_assert_eq(mrmgr_get(f.cache, p, len, RW, &r), 0);
+	key = mrmgr_region_rkey(r);
+	mrmgr_put(r);
+
+	fp_raw_mprotect = 1;
+	cr_assert_eq(fp_install(FP_MOVABS_R11), 0);
+	fp_raw_mprotect = 0;
+	watch(p, len);
+	elsewhere(p, len);
+	cr_assert(fp_saw_unmap(p, len));
+	cr_assert_not(we_saw((uintptr_t)p, len), "our hook was not bypassed");
+	q = mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(q, MAP_FAILED);
+	cr_assert_eq(q, p, "the test needs the address back");
+	memset(q, 'b', len);
+
+	/* The next miss (no query before it: a query checks too). */
+	cr_assert_eq(mrmgr_get(f.cache, other, len, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(mrmgr_get(f.cache, q, len, RW, &r), 0);
+	cr_assert_neq(mrmgr_region_rkey(r), key, "stale region");
+	mrmgr_put(r);
+	struct mrmgr_monitor_info m = minfo(f.cache);
+	cr_assert_eq(m.patch_overwrites, 1);
+	cr_assert_eq(m.sources, MRMGR_MONITOR_SRC_PATCH);
+	cr_assert_eq(overwrite_warnings, 1);
+	cr_assert_gt(exercise(&f, 10), 0, "the address never came back");
+	munmap(q, len);
+	munmap(other - len, 3 * len);
+	mrmgr_set_log_handler(NULL, NULL, MRMGR_LOG_WARN);
+	fx_close(&f);
+}
+
 /* ------------------------------------------------------------ UCX */
 
 #if HAVE_UCX
