@@ -28,6 +28,9 @@
  * patcher, another libc), the trampoline cannot be placed, the text
  * cannot be made writable, or the self-test misses a call.
  *
+ * Another patcher writing over our jumps after the install is noticed and
+ * chained on top of in patch_takeover.c.
+ *
  * SPDX-License-Identifier: MIT
  */
 #include "config.h"
@@ -42,7 +45,6 @@
 #include <sys/shm.h>
 #include <stdio.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -55,25 +57,9 @@
 
 unsigned int mrmgr__patch_test_flags;
 
-static struct {
-	int state; /* enum mrmgr__src_state */
-	int err;
-	uint32_t targets;
-	uint32_t chained;    /* targets whose hook calls another patcher */
-	uint32_t overwrites; /* times we found our jumps overwritten */
-	int flush_again;     /* push "everything changed" once more */
-	struct mrmgr__patch_site site[MRMGR__PT_COUNT];
-	/* Our first plan of a target over glibc's own prologue (valid when
-	 * .fn is set): put back as it was if another patcher restores
-	 * glibc's bytes over ours. */
-	struct mrmgr__patch_site direct[MRMGR__PT_COUNT];
-	unsigned char seen[MRMGR__PT_COUNT][16]; /* entry bytes as we left them */
-	uintptr_t entry[MRMGR__PT_COUNT];        /* each target's address */
-	unsigned int gen[MRMGR__PT_COUNT];       /* chaining generations used */
-	uintptr_t tramp;
-	uint64_t flush_at_ms;                    /* when flush_again is due */
-	int warned;
-} P;
+/* Shared with patch_takeover.c (patch.h); short here as everywhere. */
+struct mrmgr__patch_globals mrmgr__patch_g;
+#define P mrmgr__patch_g
 
 int mrmgr__patch_state(int *err)
 {
@@ -114,6 +100,11 @@ static const struct target {
 	[MRMGR__PT_SBRK] = { "sbrk", { "__sbrk" }, -1 },
 	[MRMGR__PT_MPROTECT] = { "mprotect", { "__mprotect" }, SYS_mprotect },
 };
+
+const char *mrmgr__patch_target_name(int t)
+{
+	return T[t].name;
+}
 
 /* ------------------------------------------------------------ tools */
 
@@ -210,8 +201,7 @@ static uintptr_t tramp_page(const struct mrmgr__patch_image *im)
 	return 0;
 }
 
-/* Recognise target t as its entry is now: 0 and *s, or why not. */
-static int plan_one(const struct mrmgr__patch_image *im, int t, struct mrmgr__patch_site *s)
+int mrmgr__patch_plan_one(const struct mrmgr__patch_image *im, int t, struct mrmgr__patch_site *s)
 {
 	size_t size = 0;
 	uintptr_t fn = mrmgr__patch_sym(im, T[t].name, &size), lo, hi;
@@ -239,7 +229,7 @@ static int plan_one(const struct mrmgr__patch_image *im, int t, struct mrmgr__pa
 static int plan(const struct mrmgr__patch_image *im, const char **why)
 {
 	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
-		int err = plan_one(im, t, &P.site[t]);
+		int err = mrmgr__patch_plan_one(im, t, &P.site[t]);
 
 		if (t == MRMGR__PT_SBRK) {
 			/* Ours only when another patcher redirected it. */
@@ -257,8 +247,7 @@ static int plan(const struct mrmgr__patch_image *im, const char **why)
 	return 0;
 }
 
-/* sbrk() (and so malloc's morecore) must reach brk's body. */
-static int sbrk_calls_brk(const struct mrmgr__patch_image *im)
+int mrmgr__patch_sbrk_calls_brk(const struct mrmgr__patch_image *im)
 {
 	size_t size = 0;
 	uintptr_t sb = mrmgr__patch_sym(im, "sbrk", &size), brk = P.site[MRMGR__PT_BRK].fn;
@@ -292,10 +281,7 @@ static int sbrk_calls_brk(const struct mrmgr__patch_image *im)
 	return 0;
 }
 
-static void build_checks(void);
-
-/* Record that site t is (on) or is not ours now, as its bytes are. */
-static void mark(int t, int on)
+void mrmgr__patch_mark(int t, int on)
 {
 	uint32_t bit = 1u << t;
 
@@ -308,12 +294,10 @@ static void mark(int t, int on)
 	else
 		__atomic_fetch_and(&P.chained, ~bit, __ATOMIC_RELEASE);
 	memcpy(P.seen[t], (const void *)P.site[t].fn, sizeof(P.seen[t]));
-	build_checks();
+	mrmgr__patch_build_checks();
 }
 
-/* Point site t's jump at its hook: the direct one, or the chaining
- * hooks of a generation not used before for t. */
-static int encode(int t)
+int mrmgr__patch_encode(int t)
 {
 	struct mrmgr__patch_site *s = &P.site[t];
 	size_t slot = mrmgr__patch_arch_tramp_size(), idx = (size_t)t;
@@ -332,8 +316,7 @@ static int encode(int t)
 	return 0;
 }
 
-/* Write site t's jump (or the original bytes back when undo). */
-static int apply(int t, int undo)
+int mrmgr__patch_apply(int t, int undo)
 {
 	struct mrmgr__patch_site *s = &P.site[t];
 	uintptr_t lo = s->win, hi = s->win + s->win_len;
@@ -356,7 +339,7 @@ static int apply(int t, int undo)
 		   : mrmgr__patch_arch_swap(s, s->old, s->new);
 	mrmgr__patch_arch_flush(s->win, s->win_len);
 	if (!err)
-		mark(t, !undo);
+		mrmgr__patch_mark(t, !undo);
 	(void)text_rw(lo, hi - lo, 0);
 	sync_cores();
 	return err;
@@ -366,7 +349,7 @@ static void undo_all(void)
 {
 	for (int t = MRMGR__PT_COUNT - 1; t >= 0; t--)
 		if (P.targets & (1u << t))
-			(void)apply(t, 1);
+			(void)mrmgr__patch_apply(t, 1);
 }
 
 /* Trampoline slots: the direct hooks, then each chaining generation. */
@@ -379,7 +362,7 @@ static void undo_all(void)
  * reach the queue, then -- when free() is glibc's -- free() of a chunk
  * glibc can only have mmap'd, whose internal munmap must arrive too.
  */
-static int selftest(const struct mrmgr__patch_image *im)
+int mrmgr__patch_selftest(const struct mrmgr__patch_image *im)
 {
 	int (*p_munmap)(void *, size_t) = (int (*)(void *, size_t))P.site[MRMGR__PT_MUNMAP].fn;
 	void *(*p_mremap)(void *, size_t, size_t, int, ...) =
@@ -469,11 +452,6 @@ static void pin_self(void)
 		(void)dlopen(di.dli_fname, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
 }
 
-static void set_text_range(void);
-
-/* libc's image, found at install. */
-static struct mrmgr__patch_image IM;
-
 static int install(const char **why)
 {
 	struct mrmgr__patch_image im;
@@ -494,7 +472,7 @@ static int install(const char **why)
 	if (err)
 		return err;
 	*why = "sbrk does not call brk";
-	if (!P.site[MRMGR__PT_SBRK].fn && !sbrk_calls_brk(&im))
+	if (!P.site[MRMGR__PT_SBRK].fn && !mrmgr__patch_sbrk_calls_brk(&im))
 		return ENOEXEC;
 	mrmgr__patch_curbrk = (void **)dlsym(RTLD_DEFAULT, "__curbrk");
 	*why = "__curbrk not found";
@@ -516,7 +494,7 @@ static int install(const char **why)
 	}
 	for (int t = 0; t < MRMGR__PT_COUNT; t++)
 		if (P.site[t].fn)
-			(void)encode(t); /* generation 0: never out of them */
+			(void)mrmgr__patch_encode(t); /* generation 0: never out of them */
 	if (mprotect((void *)tramp, (size_t)page_size(), PROT_READ | PROT_EXEC)) {
 		*why = "cannot make the trampolines executable";
 		err = errno;
@@ -527,7 +505,7 @@ static int install(const char **why)
 	/* The trampoline page stays, even on failure: a thread may be
 	 * between a jump and its hook. */
 	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
-		err = P.site[t].fn ? apply(t, 0) : 0;
+		err = P.site[t].fn ? mrmgr__patch_apply(t, 0) : 0;
 		if (err) {
 			*why = err == EBUSY ? "the code changed while patching"
 					    : "cannot write libc's text";
@@ -536,13 +514,13 @@ static int install(const char **why)
 		}
 	}
 	*why = "the self-test missed a call";
-	err = selftest(&im);
+	err = mrmgr__patch_selftest(&im);
 	if (err) {
 		undo_all();
 		return err;
 	}
 	pin_self();
-	IM = im;
+	P.im = im;
 	/* sbrk is watched too when it is not ours: another patcher that
 	 * redirects it later takes malloc's break changes away from brk. */
 	P.entry[MRMGR__PT_SBRK] = mrmgr__patch_sym(&im, "sbrk", NULL);
@@ -552,314 +530,11 @@ static int install(const char **why)
 	for (int t = 0; t < MRMGR__PT_COUNT; t++)
 		if (P.site[t].fn)
 			P.entry[t] = P.site[t].fn;
-	build_checks();
-	set_text_range();
+	mrmgr__patch_build_checks();
+	mrmgr__patch_set_text_range();
 	return 0;
 }
 
-/* ------------------------------------------------------------ others */
-
-/*
- * Another patcher after us: UCX's libucm patches when it is loaded or
- * when its first memory-event user appears, possibly long after our
- * install, and writes its jump over ours. Checked where the monitor
- * already runs (a cache's miss, the coverage query): sixteen bytes per
- * entry point compared with what we left there.
- */
-/*
- * What that check compares, packed where a miss finds it in a few lines
- * of its own (it used to walk P.entry, P.seen and every P.site, a dozen
- * lines the miss's own work had evicted): each watched entry point's
- * first 16 bytes as we left them -- any patcher's jump starts there,
- * at the entry or after its landing pad -- and, for a site whose short
- * jump of ours goes to dead bytes nearby, those bytes, as the aligned
- * 16-byte block that holds them with a mask of the bytes that count
- * (aligned: no byte outside libc's text is read). Rebuilt (mon lock
- * held) wherever P.seen, a site or P.targets changes; the mprotect hook
- * reads it without the lock, as it read P.seen before: a torn read costs
- * at worst one needless "everything changed".
- */
-struct check_entry {
-	uintptr_t at;       /* the entry point: 16 bytes from here */
-	uint64_t want[2];
-};
-struct check_pad {
-	uintptr_t at;       /* 16-aligned */
-	uint64_t want[2], mask[2];
-};
-static struct {
-	unsigned int n, npad;
-	struct check_entry e[MRMGR__PT_COUNT];
-	uint8_t e_t[MRMGR__PT_COUNT], pad_t[MRMGR__PT_COUNT * 2];
-	struct check_pad pad[MRMGR__PT_COUNT * 2];
-} CK;
-
-static void build_checks(void)
-{
-	unsigned int n = 0, np = 0;
-
-	__atomic_store_n(&CK.n, 0, __ATOMIC_RELEASE);
-	__atomic_store_n(&CK.npad, 0, __ATOMIC_RELEASE);
-	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
-		const struct mrmgr__patch_site *s = &P.site[t];
-		uintptr_t a = s->pad;
-		const unsigned char *want = s->pad_new;
-		size_t len = s->pad_len;
-
-		if (P.entry[t]) {
-			CK.e[n].at = P.entry[t];
-			memcpy(CK.e[n].want, P.seen[t], 16);
-			CK.e_t[n++] = (uint8_t)t;
-		}
-		if (!s->fn || !s->pad || !(P.targets & (1u << t)))
-			continue;
-		while (len) { /* at most two blocks: pad_len <= 8 */
-			uintptr_t blk = a & ~(uintptr_t)15;
-			size_t off = a - blk, k = 16 - off < len ? 16 - off : len;
-			unsigned char w[16] = { 0 }, m[16] = { 0 };
-
-			memcpy(w + off, want, k);
-			memset(m + off, 0xff, k);
-			CK.pad[np].at = blk;
-			memcpy(CK.pad[np].want, w, 16);
-			memcpy(CK.pad[np].mask, m, 16);
-			CK.pad_t[np++] = (uint8_t)t;
-			a += k;
-			want += k;
-			len -= k;
-		}
-	}
-	__atomic_store_n(&CK.npad, np, __ATOMIC_RELEASE);
-	__atomic_store_n(&CK.n, n, __ATOMIC_RELEASE);
-}
-
-static inline uint64_t entry_differs(const struct check_entry *e)
-{
-	uint64_t x[2];
-
-	memcpy(x, (const void *)e->at, sizeof(x));
-	return (x[0] ^ e->want[0]) | (x[1] ^ e->want[1]);
-}
-
-static inline uint64_t pad_differs(const struct check_pad *p)
-{
-	uint64_t x[2];
-
-	memcpy(x, (const void *)p->at, sizeof(x));
-	return ((x[0] ^ p->want[0]) & p->mask[0]) |
-	       ((x[1] ^ p->want[1]) & p->mask[1]);
-}
-
-/* On every miss: all blocks folded into one word, one branch; which
- * target changed is worked out only when something did. */
-static uint32_t lost_sites(void)
-{
-	unsigned int n = __atomic_load_n(&CK.n, __ATOMIC_ACQUIRE);
-	unsigned int np = __atomic_load_n(&CK.npad, __ATOMIC_ACQUIRE);
-	uint64_t d = 0;
-	uint32_t lost = 0;
-
-	for (unsigned int i = 0; i < n; i++)
-		d |= entry_differs(&CK.e[i]);
-	for (unsigned int i = 0; i < np; i++)
-		d |= pad_differs(&CK.pad[i]);
-	if (mrmgr__likely(!d))
-		return 0;
-	for (unsigned int i = 0; i < n; i++)
-		if (entry_differs(&CK.e[i]))
-			lost |= 1u << CK.e_t[i];
-	for (unsigned int i = 0; i < np; i++)
-		if (pad_differs(&CK.pad[i]))
-			lost |= 1u << CK.pad_t[i];
-	return lost;
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* Wait (a few ms at most) until the lost entries stop changing: the
- * other patcher may be in the middle of its (non-atomic) write. */
-static void settle(uint32_t lost)
-{
-	unsigned char a[MRMGR__PT_COUNT][32], b[MRMGR__PT_COUNT][32];
-	struct timespec ms = { 0, 1000000 };
-
-	for (int round = 0; round < 20; round++) {
-		for (int t = 0; t < MRMGR__PT_COUNT; t++)
-			if (lost & (1u << t))
-				memcpy(a[t], (const void *)P.entry[t], 32);
-		nanosleep(&ms, NULL);
-		for (int t = 0; t < MRMGR__PT_COUNT; t++)
-			if (lost & (1u << t))
-				memcpy(b[t], (const void *)P.entry[t], 32);
-		if (!memcmp(a, b, sizeof(a)))
-			return;
-	}
-}
-
-/* Take site t back as its entry is now. */
-static int resite(int t)
-{
-	struct mrmgr__patch_site n, *d = &P.direct[t];
-	uintptr_t pg = (uintptr_t)page_size();
-	int err;
-
-	if (d->fn && !memcmp((const void *)d->win, d->old, d->win_len)) {
-		n = *d; /* glibc's own bytes are back: our first plan holds */
-	} else {
-		err = plan_one(&IM, t, &n);
-		if (err && t == MRMGR__PT_SBRK && sbrk_calls_brk(&IM))
-			n.fn = n.chain = 0; /* glibc's own sbrk is back */
-		else if (err)
-			return err;
-		if (n.chain >= P.tramp && n.chain < P.tramp + pg) {
-			/* One of our own jumps, put back by the other
-			 * patcher's restore: keep it as it is. */
-			size_t idx = (n.chain - P.tramp) / mrmgr__patch_arch_tramp_size();
-
-			n.chain = idx < MRMGR__PT_COUNT ? 0
-				  : mrmgr__patch_chain[idx / MRMGR__PT_COUNT - 1][t];
-			memcpy(n.new, n.old, sizeof(n.new));
-			P.site[t] = n;
-			mark(t, 1);
-			return 0;
-		}
-		if (!n.chain)
-			*d = n;
-	}
-	P.site[t] = n;
-	if (t == MRMGR__PT_SBRK && !n.chain) {
-		/* sbrk is glibc's own again: it reaches brk's body. */
-		P.site[t].fn = 0;
-		__atomic_fetch_and(&P.targets, ~(1u << t), __ATOMIC_RELEASE);
-		__atomic_fetch_and(&P.chained, ~(1u << t), __ATOMIC_RELEASE);
-		memcpy(P.seen[t], (const void *)P.entry[t], 16);
-		build_checks();
-		return 0;
-	}
-	err = encode(t);
-	return err ? err : apply(t, 0);
-}
-
-/* Name of the object holding a, for the warning. */
-static const char *owner_of(uintptr_t a)
-{
-	Dl_info di;
-
-	if (a && dladdr((void *)a, &di) && di.dli_fname) {
-		const char *slash = strrchr(di.dli_fname, '/');
-
-		return slash ? slash + 1 : di.dli_fname;
-	}
-	return "anonymous code";
-}
-
-/*
- * Our jumps were overwritten: calls may have bypassed our hooks since,
- * so every cache must forget everything ("everything changed", which
- * the core drains and applies at its next get; pushed again a little
- * later for a call that was inside the other patcher's code while we
- * went back on top), and we chain on top of the other patcher again.
- */
-static void recover(uint32_t lost)
-{
-	const char *who = NULL;
-	char names[96] = "";
-	int err = 0;
-
-	settle(lost);
-	for (int t = 0; t < MRMGR__PT_COUNT && !err; t++) {
-		if (!(lost & (1u << t)))
-			continue;
-		err = resite(t);
-		if (!who && P.site[t].chain)
-			who = owner_of(P.site[t].chain);
-		if (strlen(names) + strlen(T[t].name) + 3 < sizeof(names)) {
-			if (names[0])
-				strcat(names, ", ");
-			strcat(names, T[t].name);
-		}
-	}
-	if (!err)
-		err = selftest(&IM);
-	__atomic_fetch_add(&P.overwrites, 1, __ATOMIC_RELEASE);
-	mrmgr__mon_push(0, UINT64_MAX);
-	P.flush_again = 1;
-	P.flush_at_ms = now_ms() + 10;
-	if (err) {
-		P.state = SRC_FAILED;
-		P.err = err == ENOSPC || err == ENOENT ? err : ENOEXEC;
-		mrmgr__warn("monitor: another library overwrote libc's %s after "
-			    "libmrmgr patched it and cannot be chained (%s): the "
-			    "patch source stops, every cache was invalidated, "
-			    "and other sources are used", names, strerror(err));
-		return;
-	}
-	if (!P.warned) {
-		P.warned = 1;
-		mrmgr__warn("monitor: another library (%s) overwrote libc's %s "
-			    "after libmrmgr patched it; libmrmgr chained on top "
-			    "again and invalidated every cache, since changes in "
-			    "between may have been missed (said once; "
-			    "mrmgr_monitor_info.patch_overwrites counts them)",
-			    who ? who : "glibc's own bytes back", names);
-	} else {
-		mrmgr__dbg("monitor: libc's %s overwritten again: chained on top",
-			   names);
-	}
-}
-
-/* The pages of libc's text holding our entry points (0, 0 before the
- * install completes), for the mprotect hook. */
-static uintptr_t text_lo, text_hi;
-
-void mrmgr__patch_text_protected(uintptr_t a, size_t l)
-{
-	uintptr_t lo = __atomic_load_n(&text_lo, __ATOMIC_ACQUIRE);
-
-	if (mrmgr__likely(a >= text_hi || a + l <= lo || !lo))
-		return;
-	if (lost_sites())
-		mrmgr__mon_push(0, UINT64_MAX);
-}
-
-static void set_text_range(void)
-{
-	uintptr_t pg = (uintptr_t)page_size(), lo = UINTPTR_MAX, hi = 0;
-
-	for (int t = 0; t < MRMGR__PT_COUNT; t++) {
-		uintptr_t a = P.entry[t], b = a + 32;
-
-		if (!a)
-			continue;
-		if (P.site[t].pad && P.site[t].pad < a)
-			a = P.site[t].pad;
-		if (P.site[t].pad && P.site[t].pad + 8 > b)
-			b = P.site[t].pad + 8;
-		lo = a < lo ? a : lo;
-		hi = b > hi ? b : hi;
-	}
-	text_hi = (hi + pg - 1) & ~(pg - 1);
-	__atomic_store_n(&text_lo, lo & ~(pg - 1), __ATOMIC_RELEASE);
-}
-
-/* Cheap; on every call of mrmgr__patch_start() while active. */
-static void check(void)
-{
-	uint32_t lost = lost_sites();
-
-	if (mrmgr__unlikely(P.flush_again) && now_ms() >= P.flush_at_ms) {
-		P.flush_again = 0;
-		mrmgr__mon_push(0, UINT64_MAX);
-	}
-	if (mrmgr__unlikely(lost))
-		recover(lost);
-}
 
 int mrmgr__patch_test_toggle(void)
 {
@@ -868,9 +543,9 @@ int mrmgr__patch_test_toggle(void)
 	if (P.state != SRC_ACTIVE)
 		return EINVAL;
 	for (int t = MRMGR__PT_COUNT - 1; t >= 0 && !err; t--)
-		err = P.site[t].fn ? apply(t, 1) : 0;
+		err = P.site[t].fn ? mrmgr__patch_apply(t, 1) : 0;
 	for (int t = 0; t < MRMGR__PT_COUNT && !err; t++)
-		err = P.site[t].fn ? apply(t, 0) : 0;
+		err = P.site[t].fn ? mrmgr__patch_apply(t, 0) : 0;
 	return err;
 }
 
@@ -879,7 +554,7 @@ int mrmgr__patch_start(void)
 	const char *why = NULL, *tool;
 
 	if (P.state == SRC_ACTIVE)
-		check();
+		mrmgr__patch_check();
 	if (P.state != SRC_UNTRIED)
 		return P.state == SRC_ACTIVE ? 0 : P.err;
 	tool = tool_in_process();
@@ -901,7 +576,7 @@ int mrmgr__patch_start(void)
 	else
 		mrmgr__info("monitor: libc's memory calls redirected (self-test "
 			    "passed); chained after another patcher (%s) for "
-			    "targets %#x", owner_of(P.site[__builtin_ctz(P.chained)].chain),
+			    "targets %#x", mrmgr__patch_owner_of(P.site[__builtin_ctz(P.chained)].chain),
 			    P.chained);
 	return P.err;
 }

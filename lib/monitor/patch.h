@@ -6,7 +6,10 @@
  * change to the program. See doc/monitor.md, "The patch source".
  *
  *   patch.c         finding the bodies, the install, the self-test, the
- *                   fallback; another patcher before or after us
+ *                   fallback; chaining after another patcher found there
+ *   patch_takeover.c another patcher writing over our jumps later: noticed
+ *                   (on a miss, on mprotect), every cache invalidated,
+ *                   chained on top again
  *   patch_image.c   libc's symbol table, executable addresses
  *   patch_hooks.c   the hooks: issue the system call (or chain to another
  *                   patcher's), report before and after
@@ -180,6 +183,67 @@ int mrmgr__patch_arch_swap(const struct mrmgr__patch_site *s,
 void mrmgr__patch_arch_flush(uintptr_t a, size_t n);
 /* How far (bytes) the trampoline page may be from the patched code. */
 uintptr_t mrmgr__patch_arch_reach(void);
+
+/* ------------------------------------------------------------ state */
+
+/*
+ * The source's state, shared by patch.c (install, start) and
+ * patch_takeover.c (another patcher after us) only. Written with
+ * mrmgr__mon_lock held; the queries read the counters atomically.
+ */
+struct mrmgr__patch_globals {
+	int state; /* enum mrmgr__src_state */
+	int err;
+	uint32_t targets;
+	uint32_t chained;    /* targets whose hook calls another patcher */
+	uint32_t overwrites; /* times we found our jumps overwritten */
+	int flush_again;     /* push "everything changed" once more */
+	struct mrmgr__patch_site site[MRMGR__PT_COUNT];
+	/* Our first plan of a target over glibc's own prologue (valid when
+	 * .fn is set): put back as it was if another patcher restores
+	 * glibc's bytes over ours. */
+	struct mrmgr__patch_site direct[MRMGR__PT_COUNT];
+	unsigned char seen[MRMGR__PT_COUNT][16]; /* entry bytes as we left them */
+	uintptr_t entry[MRMGR__PT_COUNT];        /* each target's address */
+	unsigned int gen[MRMGR__PT_COUNT];       /* chaining generations used */
+	uintptr_t tramp;
+	uint64_t flush_at_ms;                    /* when flush_again is due */
+	int warned;
+	struct mrmgr__patch_image im;            /* libc's, found at install */
+};
+extern struct mrmgr__patch_globals mrmgr__patch_g;
+
+/* patch.c, for the takeover too. */
+/* The name of target t (munmap, ...). */
+const char *mrmgr__patch_target_name(int t);
+/* Recognise target t as its entry is now: 0 and *s, or why not. */
+int mrmgr__patch_plan_one(const struct mrmgr__patch_image *im, int t,
+			  struct mrmgr__patch_site *s);
+/* sbrk() (and so malloc's morecore) must reach brk's body. */
+int mrmgr__patch_sbrk_calls_brk(const struct mrmgr__patch_image *im);
+/* Record that site t is (on) or is not ours now, as its bytes are. */
+void mrmgr__patch_mark(int t, int on);
+/* Point site t's jump at its hook: the direct one, or the chaining
+ * hooks of a generation not used before for t. */
+int mrmgr__patch_encode(int t);
+/* Write site t's jump (or the original bytes back when undo). */
+int mrmgr__patch_apply(int t, int undo);
+/* Every patched call is delivered (see patch.c): 0 or EPROTO. */
+int mrmgr__patch_selftest(const struct mrmgr__patch_image *im);
+
+/* patch_takeover.c, for the install and start. */
+/* Rebuild the packed table of bytes a miss compares (whenever
+ * mrmgr__patch_g's seen, a site or targets changes). */
+void mrmgr__patch_build_checks(void);
+/* Record the pages of libc's text around our entry points, for
+ * mrmgr__patch_text_protected (once, at the end of the install). */
+void mrmgr__patch_set_text_range(void);
+/* Name of the object holding a, for the warnings. */
+const char *mrmgr__patch_owner_of(uintptr_t a);
+/* Cheap; on every call of mrmgr__patch_start() while active (the one call
+ * a miss makes here: the comparison is inlined in it): our jumps still
+ * there, else every cache invalidated and chained on top again. */
+void mrmgr__patch_check(void);
 
 /* ------------------------------------------------------------ syscalls */
 

@@ -1,7 +1,7 @@
 /*
  * The patch engine on aarch64, under qemu-user with Debian's arm64 glibc
- * (`make check-aarch64`): the real patch.c, patch_hooks.c and
- * patch_aarch64.c, with the monitor's queue replaced by a small log of
+ * (`make check-aarch64`): the real patch.c, patch_takeover.c,
+ * patch_hooks.c and patch_aarch64.c, with the monitor's queue replaced by a small log of
  * reported ranges. It installs (prologue recognition, trampoline, the
  * self-test), then checks that each call reports its range, that errno
  * and glibc's break come out right, that free() of an mmap'd chunk is

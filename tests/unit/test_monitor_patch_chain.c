@@ -100,6 +100,38 @@ static int fp_saw_covering(uintptr_t p)
 static int (*other_saw)(uintptr_t p) = fp_saw_covering;
 
 /*
+ * The region cached at p (rkey key) was unmapped: memory mapped again at
+ * p, filled and asked for (after a get of miss_first when given: the
+ * miss that notices an overwrite). When the address came back (required
+ * with need_same), the get registered the new pages instead of returning
+ * the old region. Unmaps it again; returns whether the address came back.
+ */
+static int remap_is_fresh(struct fixture *f, char *p, size_t len, uint32_t key,
+			  char *miss_first, int need_same, const char *what)
+{
+	char *q = mmap(p, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	mrmgr_region_t *r;
+	int same;
+
+	cr_assert_neq(q, MAP_FAILED);
+	same = q == p;
+	if (need_same)
+		cr_assert(same, "the test needs the address back");
+	memset(q, 'b', len);
+	if (miss_first) {
+		cr_assert_eq(mrmgr_get(f->cache, miss_first, len, RW, &r), 0);
+		mrmgr_put(r);
+	}
+	cr_assert_eq(mrmgr_get(f->cache, q, len, RW, &r), 0);
+	if (same)
+		cr_assert_neq(mrmgr_region_rkey(r), key, "%s", what);
+	mrmgr_put(r);
+	cr_assert_eq(munmap(q, len), 0);
+	return same;
+}
+
+/*
  * Cached ranges unmapped or freed by another thread, then memory mapped
  * at the same address and asked for: both hooks saw each unmap, and the
  * get registered the new pages. Returns how many times the address came
@@ -112,7 +144,7 @@ static int exercise(struct fixture *f, int rounds)
 	int same = 0;
 
 	for (int i = 0; i < rounds; i++) {
-		char *p = map_rw(len, 'a'), *q;
+		char *p = map_rw(len, 'a');
 		uintptr_t pa = (uintptr_t)p;
 		uint32_t key;
 
@@ -123,17 +155,8 @@ static int exercise(struct fixture *f, int rounds)
 		elsewhere(p, len);
 		cr_assert(other_saw(pa), "the other patcher's hook missed munmap");
 		cr_assert(we_saw(pa, len), "our hook missed munmap");
-		q = mmap((void *)pa, len, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		cr_assert_neq(q, MAP_FAILED);
-		memset(q, 'b', len);
-		cr_assert_eq(mrmgr_get(f->cache, q, len, RW, &r), 0);
-		if ((uintptr_t)q == pa) {
-			same++;
-			cr_assert_neq(mrmgr_region_rkey(r), key, "stale region (munmap)");
-		}
-		mrmgr_put(r);
-		cr_assert_eq(munmap(q, len), 0);
+		same += remap_is_fresh(f, p, len, key, NULL, 0,
+				       "stale region (munmap)");
 	}
 	for (int i = 0; i < rounds; i++) {
 		char *c = malloc(MiB), *d;
@@ -262,7 +285,7 @@ static void ours_first(enum fp_form form)
 	struct fixture f;
 	mrmgr_region_t *r;
 	uint32_t key;
-	char *p, *q;
+	char *p;
 
 	open_default(&f);
 	mrmgr_set_log_handler(count_warnings, NULL, MRMGR_LOG_WARN);
@@ -287,14 +310,7 @@ static void ours_first(enum fp_form form)
 	 * region unmapped while we were bypassed -- no miss was needed
 	 * first. That get's miss chains on top again.
 	 */
-	q = mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	cr_assert_neq(q, MAP_FAILED);
-	memset(q, 'b', len);
-	cr_assert_eq(mrmgr_get(f.cache, q, len, RW, &r), 0);
-	if (q == p)
-		cr_assert_neq(mrmgr_region_rkey(r), key, "stale region");
-	mrmgr_put(r);
-	munmap(q, len);
+	(void)remap_is_fresh(&f, p, len, key, NULL, 0, "stale region");
 	struct mrmgr_monitor_info m = minfo(f.cache);
 	cr_assert_eq(m.patch_overwrites, 1);
 	cr_assert_eq(m.patch_chained, ALL_CHAINED & ~(1u << MRMGR__PT_MPROTECT),
@@ -336,7 +352,7 @@ Test(ours_first, overwritten_without_mprotect_noticed_at_next_miss)
 	struct fixture f;
 	mrmgr_region_t *r;
 	uint32_t key;
-	char *p, *q, *other;
+	char *p, *other;
 
 	open_default(&f);
 	mrmgr_set_log_handler(count_warnings, NULL, MRMGR_LOG_WARN);
@@ -355,23 +371,14 @@ Test(ours_first, overwritten_without_mprotect_noticed_at_next_miss)
 	elsewhere(p, len);
 	cr_assert(fp_saw_unmap(p, len));
 	cr_assert_not(we_saw((uintptr_t)p, len), "our hook was not bypassed");
-	q = mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	cr_assert_neq(q, MAP_FAILED);
-	cr_assert_eq(q, p, "the test needs the address back");
-	memset(q, 'b', len);
-
-	/* The next miss (no query before it: a query checks too). */
-	cr_assert_eq(mrmgr_get(f.cache, other, len, RW, &r), 0);
-	mrmgr_put(r);
-	cr_assert_eq(mrmgr_get(f.cache, q, len, RW, &r), 0);
-	cr_assert_neq(mrmgr_region_rkey(r), key, "stale region");
-	mrmgr_put(r);
+	/* The address must come back; then the next miss, at other (no
+	 * query before it: a query checks too), notices the overwrite. */
+	(void)remap_is_fresh(&f, p, len, key, other, 1, "stale region");
 	struct mrmgr_monitor_info m = minfo(f.cache);
 	cr_assert_eq(m.patch_overwrites, 1);
 	cr_assert_eq(m.sources, MRMGR_MONITOR_SRC_PATCH);
 	cr_assert_eq(overwrite_warnings, 1);
 	cr_assert_gt(exercise(&f, 10), 0, "the address never came back");
-	munmap(q, len);
 	munmap(other - len, 3 * len);
 	mrmgr_set_log_handler(NULL, NULL, MRMGR_LOG_WARN);
 	fx_close(&f);
@@ -459,7 +466,7 @@ Test(ucx, libmrmgr_first_then_libucm)
 	struct fixture f;
 	mrmgr_region_t *r;
 	uint32_t key;
-	char *p, *q;
+	char *p;
 
 	open_default(&f);
 	cr_assert_eq(minfo(f.cache).patch_chained, 0);
@@ -473,14 +480,7 @@ Test(ucx, libmrmgr_first_then_libucm)
 	elsewhere(p, len);
 	cr_assert(ucm_saw((uintptr_t)p));
 	/* No miss in between: libucm's mprotect() after its write told us. */
-	q = mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	cr_assert_neq(q, MAP_FAILED);
-	memset(q, 'b', len);
-	cr_assert_eq(mrmgr_get(f.cache, q, len, RW, &r), 0);
-	if (q == p)
-		cr_assert_neq(mrmgr_region_rkey(r), key, "stale region");
-	mrmgr_put(r);
-	munmap(q, len);
+	(void)remap_is_fresh(&f, p, len, key, NULL, 0, "stale region");
 	struct mrmgr_monitor_info m = minfo(f.cache);
 	cr_assert_eq(m.sources, MRMGR_MONITOR_SRC_PATCH);
 	cr_assert_geq(m.patch_overwrites, 1);
