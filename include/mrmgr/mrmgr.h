@@ -145,8 +145,8 @@ enum mrmgr_cache_flags {
 	MRMGR_CACHE_DISABLE = 1u << 1,
 	/**
 	 * No growth headroom: when a get grows a cached region, register
-	 * exactly the grown span instead of at least doubling the region
-	 * (within its mapping). See doc/growth.md.
+	 * exactly the grown span instead of twice it (within its mapping).
+	 * See doc/growth.md.
 	 */
 	MRMGR_CACHE_NO_HEADROOM = 1u << 2,
 	/**
@@ -463,8 +463,9 @@ MRMGR_EXPORT int mrmgr_cache_destroy_ex(mrmgr_cache_t *cache, uint64_t flags);
  * can (the same region is returned, with a new
  * mrmgr_region_generation() and possibly new keys), else by
  * make-before-break (a new region; holders of the old one keep it until
- * their put). A grown region is given headroom: at least twice its old
- * length, within its mapping (see ::MRMGR_CACHE_NO_HEADROOM).
+ * their put). A grown region is given headroom: it is registered at twice
+ * the grown span, within its mapping and short of the next cached region
+ * (see ::MRMGR_CACHE_NO_HEADROOM).
  *
  * The returned region is referenced: it stays registered, and its keys stay
  * valid, until the matching mrmgr_put(), even if the range is invalidated

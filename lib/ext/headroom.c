@@ -3,8 +3,8 @@
  * was asked, so that a buffer growing step by step costs O(log n)
  * registrations instead of one per step.
  *
- * The rule: the new registration is at least twice the region it grows
- * (geometric), and never
+ * The rule: the new registration is twice the grown span (the region and
+ * the request together), and never
  *   - past the end of the mapping that holds the request (so never into a
  *     mapping with other protections, or memory the program did not map
  *     together with it),
@@ -53,11 +53,19 @@ void mrmgr__headroom_widen(struct mrmgr_cache *c, uint64_t os, uint64_t ol,
 			   uint64_t *s, uint64_t *l)
 {
 	uint64_t page_mask = ((uint64_t)1 << c->page_shift) - 1;
-	uint64_t old_len = ol - os + 1, span = *l - *s + 1, want, lo, hi;
+	uint64_t span = *l - *s + 1, want, lo, hi;
 
-	if ((c->cfg.flags & MRMGR_CACHE_NO_HEADROOM) ||
-	    old_len > UINT64_MAX / 2 || 2 * old_len <= span)
-		return; /* off, or the request itself at least doubles */
+	/*
+	 * Twice the span, not twice the old region: a buffer that doubles
+	 * at every step (a vector's growth) then registers every other step
+	 * and 4/3 of its final size in all, where registering each step
+	 * exactly costs one call per step and twice the final size (UCX's
+	 * rcache). Growth a page at a time is the same either way. The
+	 * bounds below (the mapping, the next region, the byte limit) keep
+	 * it from reaching memory the program mapped apart or other buffers.
+	 */
+	if ((c->cfg.flags & MRMGR_CACHE_NO_HEADROOM) || span > UINT64_MAX / 2)
+		return;
 	/*
 	 * Headroom registers memory the program did not ask for: only where
 	 * every change to it reaches the cache before and after the kernel
@@ -65,7 +73,7 @@ void mrmgr__headroom_widen(struct mrmgr_cache *c, uint64_t os, uint64_t ol,
 	 */
 	if (!mrmgr__mon_headroom_ok(c))
 		return;
-	want = 2 * old_len - span;
+	want = span;
 	/* What fits as things stand, counting the whole span as new. */
 	if (c->pinned_bytes >= c->cfg.max_bytes ||
 	    span >= c->cfg.max_bytes - c->pinned_bytes)

@@ -89,17 +89,17 @@ Test(grow, headroom_doubles_within_the_mapping)
 	cr_assert_eq(mrmgr_region_length(r), 64 * KiB, "a fresh miss gets no headroom");
 	mrmgr_put(r);
 	cr_assert_eq(mrmgr_get(f.cache, buf, 68 * KiB, RW, &r), 0);
-	cr_assert_eq(mrmgr_region_length(r), 128 * KiB);
+	cr_assert_eq(mrmgr_region_length(r), 136 * KiB, "twice the grown span");
 	mrmgr_put(r);
-	cr_assert_eq(cstats(f.cache).headroom_bytes, 60 * KiB);
+	cr_assert_eq(cstats(f.cache).headroom_bytes, 68 * KiB);
 	uint64_t regs = cstats(f.cache).registrations + cstats(f.cache).rereg_attempts;
-	for (size_t len = 72 * KiB; len <= 128 * KiB; len += 4 * KiB) {
+	for (size_t len = 72 * KiB; len <= 136 * KiB; len += 4 * KiB) {
 		cr_assert_eq(mrmgr_get(f.cache, buf, len, RW, &r), 0);
 		mrmgr_put(r);
 	}
 	cr_assert_eq(cstats(f.cache).registrations + cstats(f.cache).rereg_attempts,
 		     regs, "growth within the headroom hits");
-	write_lands(f.pd, mrmgr_region_rkey(r), buf + 128 * KiB - 8, 'h');
+	write_lands(f.pd, mrmgr_region_rkey(r), buf + 136 * KiB - 8, 'h');
 	fx_close(&f);
 	unmap_guarded(buf, 1 * MiB);
 }
@@ -115,11 +115,12 @@ Test(grow, headroom_never_passes_the_mapping_or_its_protections)
 	fx_open(&f, &sim_big, &a);
 	cr_assert_eq(mrmgr_get(f.cache, buf, 16 * KiB, RW, &r), 0);
 	mrmgr_put(r);
-	cr_assert_eq(mrmgr_get(f.cache, buf, 20 * KiB, RW, &r), 0);
-	cr_assert_eq(mrmgr_region_length(r), 32 * KiB);
+	cr_assert_eq(mrmgr_get(f.cache, buf, 12 * KiB, RW, &r), 0);
+	cr_assert_eq(mrmgr_region_length(r), 16 * KiB, "inside: a hit");
 	mrmgr_put(r);
-	cr_assert_eq(mrmgr_get(f.cache, buf, 36 * KiB, RW, &r), 0);
-	cr_assert_eq(mrmgr_region_length(r), 40 * KiB, "the mapping's end");
+	cr_assert_eq(mrmgr_get(f.cache, buf, 24 * KiB, RW, &r), 0);
+	cr_assert_eq(mrmgr_region_length(r), 40 * KiB,
+		     "the mapping's end, not twice 24 KiB");
 	mrmgr_put(r);
 
 	/* The upper half read-only: another protection, another mapping. */
@@ -146,11 +147,9 @@ Test(grow, headroom_stops_at_the_next_region)
 	mrmgr_put(b);
 	cr_assert_eq(mrmgr_get(f.cache, buf, 16 * KiB, RW, &r), 0);
 	mrmgr_put(r);
-	cr_assert_eq(mrmgr_get(f.cache, buf, 20 * KiB, RW, &r), 0);
-	cr_assert_eq(mrmgr_region_length(r), 32 * KiB);
-	mrmgr_put(r);
-	cr_assert_eq(mrmgr_get(f.cache, buf, 36 * KiB, RW, &r), 0);
-	cr_assert_eq(mrmgr_region_length(r), 40 * KiB, "up to the neighbour");
+	cr_assert_eq(mrmgr_get(f.cache, buf, 24 * KiB, RW, &r), 0);
+	cr_assert_eq(mrmgr_region_length(r), 40 * KiB,
+		     "up to the neighbour, not twice 24 KiB");
 	cr_assert_neq(r, b);
 	mrmgr_put(r);
 	cr_assert_eq(cstats(f.cache).regions, 2);
@@ -204,6 +203,41 @@ Test(grow, linear_growth_through_get_costs_log_n_registrations)
 	cr_assert_eq(sstats(f.ctx).stale_accesses, 0);
 	fx_close(&f);
 	unmap_guarded(buf, 2 * len);
+}
+
+/*
+ * A buffer doubling at every step (a vector's growth), 4 KiB -> 1 MiB:
+ * registering each step exactly costs a call per step and twice the final
+ * size in pages (what a cache without headroom, such as UCX's rcache,
+ * registers); twice the grown span registers every other step and 4/3 of
+ * the final size. Fails with headroom at twice the old region: the
+ * request itself doubles, so it got none.
+ */
+Test(grow, doubling_growth_registers_every_other_step)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = cattr(0);
+	const size_t steps = 9, final = PG << (steps - 1); /* 1 MiB */
+	mrmgr_region_t *r;
+	char *buf = map_guarded(2 * final);
+
+	fx_open(&f, &sim_big, &a);
+	for (size_t i = 1; i <= steps; i++) {
+		cr_assert_eq(mrmgr_get(f.cache, buf, PG << (i - 1), RW, &r), 0);
+		write_lands(f.pd, mrmgr_region_rkey(r),
+			    buf + (PG << (i - 1)) - 8, 'd');
+		mrmgr_put(r);
+	}
+	struct mrmgr_stats s = cstats(f.cache);
+	/* Steps 1, 2, 4, 6, 8: 1 + 4 + 16 + 64 + 256 pages. */
+	cr_assert_eq(s.registrations + s.rereg_attempts, 5, "%llu + %llu calls",
+		     (unsigned long long)s.registrations,
+		     (unsigned long long)s.rereg_attempts);
+	cr_assert_eq(s.pages_registered, 341);
+	cr_assert_lt(s.pages_registered, 2 * final / PG, "fewer than UCX's");
+	cr_assert_eq(sstats(f.ctx).stale_accesses, 0);
+	fx_close(&f);
+	unmap_guarded(buf, 2 * final);
 }
 
 Test(grow, in_use_region_grows_by_make_before_break)
