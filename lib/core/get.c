@@ -155,6 +155,29 @@ static int get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
 			 unsigned int slot, unsigned int gflags,
 			 uint64_t miss_seq, struct mrmgr_region **out);
 
+/*
+ * The rules for a request, each written once: the checkers below log
+ * which one failed, and get() tests them inline (every miss passes there,
+ * and two calls cost it more than the tests).
+ */
+static inline int range_wraps(uintptr_t a, size_t length, uint64_t page_mask)
+{
+	uintptr_t end = a + (length - 1);
+
+	return end < a || (end | page_mask) < a;
+}
+
+static inline unsigned int unknown_access(unsigned int access)
+{
+	return access & ~(unsigned int)KNOWN_ACCESS;
+}
+
+static inline int remote_write_without_local(unsigned int access)
+{
+	return (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	       !(access & IBV_ACCESS_LOCAL_WRITE);
+}
+
 int mrmgr__cache_check_range(const char *fn, const void *addr, size_t length,
 			     uint64_t page_mask, uint64_t *start, uint64_t *last)
 {
@@ -164,7 +187,7 @@ int mrmgr__cache_check_range(const char *fn, const void *addr, size_t length,
 		mrmgr__err("%s: %s", fn, !addr ? "NULL address" : "zero length");
 		return EINVAL;
 	}
-	if (a + (length - 1) < a || ((a + (length - 1)) | page_mask) < a) {
+	if (range_wraps(a, length, page_mask)) {
 		mrmgr__err("%s: range %p + %zu overflows", fn, addr, length);
 		return EINVAL;
 	}
@@ -175,13 +198,12 @@ int mrmgr__cache_check_range(const char *fn, const void *addr, size_t length,
 
 int mrmgr__core_check_access(const char *fn, unsigned int access)
 {
-	if (access & ~(unsigned int)KNOWN_ACCESS) {
+	if (unknown_access(access)) {
 		mrmgr__err("%s: unsupported access bits %#x", fn,
-			   access & ~(unsigned int)KNOWN_ACCESS);
+			   unknown_access(access));
 		return EINVAL;
 	}
-	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-	    !(access & IBV_ACCESS_LOCAL_WRITE)) {
+	if (remote_write_without_local(access)) {
 		mrmgr__err("%s: REMOTE_WRITE and REMOTE_ATOMIC need "
 			   "LOCAL_WRITE (access %#x)", fn, access);
 		return EINVAL;
@@ -200,21 +222,13 @@ int mrmgr__core_check_request(const char *fn, const struct mrmgr_cache *c,
 	return ret ? ret : mrmgr__core_check_access(fn, access);
 }
 
-/*
- * What mrmgr__cache_check_range() and mrmgr__core_check_access() accept,
- * inline: every miss passes here, and the calls cost it more than the
- * tests. 0 sends the caller to them for the error and its log line.
- */
+/* What the two checkers accept; 0 sends the caller to them for the error
+ * and its log line. */
 static inline int args_ok(uintptr_t a, size_t length, unsigned int access,
 			  uint64_t page_mask)
 {
-	uintptr_t end = a + (length - 1);
-
-	return a && length && end >= a && (end | page_mask) >= a &&
-	       !(access & ~(unsigned int)KNOWN_ACCESS) &&
-	       (!(access & (IBV_ACCESS_REMOTE_WRITE |
-			    IBV_ACCESS_REMOTE_ATOMIC)) ||
-		(access & IBV_ACCESS_LOCAL_WRITE));
+	return a && length && !range_wraps(a, length, page_mask) &&
+	       !unknown_access(access) && !remote_write_without_local(access);
 }
 
 /* The body of mrmgr_get() and mrmgr_get_ex(); pd: the PD asked for (NULL:
@@ -373,7 +387,7 @@ fast_hit(struct mrmgr_cache *c, uintptr_t a, size_t length,
 			       MRMGR__CACHE_EXT_GET == UINT64_C(1) << 62,
 		       "the top two bits of flags");
 	if (mrmgr__unlikely(end < a) ||
-	    mrmgr__unlikely(access & ~(unsigned int)KNOWN_ACCESS) ||
+	    mrmgr__unlikely(unknown_access(access)) ||
 	    mrmgr__unlikely((0x55445544u >> (access & 31)) & 1) ||
 	    mrmgr__unlikely(!t) || mrmgr__unlikely(seq & 1) ||
 	    mrmgr__unlikely(c->flags >> 62) ||

@@ -121,16 +121,28 @@ static void slot_put(struct mrmgr__lk_table *t, unsigned int level,
 	MRMGR__WRITE_ONCE(t->slot[i].rp, rp);
 }
 
+/* The level and granule a filled slot is entered under, from what it
+ * holds: its region's first or (TAG_LAST) last page. */
+static uint64_t granule_of(const struct mrmgr__lk_slot *s,
+			   unsigned int page_shift, unsigned int *level)
+{
+	uint64_t first = s->range >> MRMGR__LK_LEN_BITS;
+	uint64_t pages = (s->range & MRMGR__LK_LEN_MASK) + 1;
+	unsigned int l = level_of(pages, page_shift);
+	uint64_t at = s->rp & MRMGR__LK_TAG_LAST ? first + pages - 1 : first;
+
+	*level = l;
+	return (at << page_shift) >> l;
+}
+
 /* The home slot of a filled slot, from what it holds. */
 static uint64_t home_of(const struct mrmgr__lk_table *t,
 			const struct mrmgr__lk_slot *s)
 {
-	uint64_t first = s->range >> MRMGR__LK_LEN_BITS;
-	uint64_t pages = (s->range & MRMGR__LK_LEN_MASK) + 1;
-	unsigned int l = level_of(pages, t->page_shift);
-	uint64_t at = s->rp & MRMGR__LK_TAG_LAST ? first + pages - 1 : first;
+	unsigned int l;
+	uint64_t g = granule_of(s, t->page_shift, &l);
 
-	return mrmgr__lk_home(l, (at << t->page_shift) >> l) & t->mask;
+	return mrmgr__lk_home(l, g) & t->mask;
 }
 
 /* Twice the slots, everything rehashed; the old table is retired. */
@@ -150,19 +162,14 @@ static int grow(struct mrmgr_cache *c)
 	if (old) {
 		for (uint64_t i = 0; i <= old->mask; i++) {
 			const struct mrmgr__lk_slot *s = &old->slot[i];
-			uint64_t first = s->range >> MRMGR__LK_LEN_BITS;
-			uint64_t pages = (s->range & MRMGR__LK_LEN_MASK) + 1;
 			unsigned int l;
-			uint64_t at;
+			uint64_t g;
 
 			if (!s->rp)
 				continue;
-			l = level_of(pages, c->page_shift);
-			at = s->rp & MRMGR__LK_TAG_LAST ? first + pages - 1
-							 : first;
-			slot_put(t, l, (at << c->page_shift) >> l, s->range,
-				 s->rp);
-			near_add(&c->lookup, l, (at << c->page_shift) >> l);
+			g = granule_of(s, c->page_shift, &l);
+			slot_put(t, l, g, s->range, s->rp);
+			near_add(&c->lookup, l, g);
 		}
 		t->levels = old->levels;
 		t->partial = old->partial;

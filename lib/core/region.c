@@ -170,60 +170,6 @@ static inline uint64_t *words_of(const struct mrmgr_region *r, uintptr_t *step)
 	return mrmgr__ref_word_at(r, mrmgr__layout.words);
 }
 
-void mrmgr__region_set_state(struct mrmgr_region *r, int state)
-{
-	unsigned int n = r->cache->nstripes;
-	int was = __atomic_load_n(&r->state, __ATOMIC_RELAXED);
-
-	/* Only the lock's holder changes states. */
-	__atomic_store_n(&r->state, state, __ATOMIC_SEQ_CST);
-	if ((was == MRMGR__REGION_LIVE) == (state == MRMGR__REGION_LIVE))
-		return;
-	for (unsigned int i = 0; i < n; i++) {
-		uint64_t *w = mrmgr__ref_word(r, i);
-
-		if (state == MRMGR__REGION_LIVE)
-			__atomic_fetch_and(w, ~MRMGR__REF_DEAD, __ATOMIC_SEQ_CST);
-		else
-			__atomic_fetch_or(w, MRMGR__REF_DEAD, __ATOMIC_SEQ_CST);
-	}
-}
-
-void mrmgr__region_set_keys(struct mrmgr_region *r)
-{
-	const struct mrmgr_cache *c = r->cache;
-	uint64_t keys;
-
-	if (!r->mr || (c->flags & MRMGR__CACHE_EXT_GET)) {
-		mrmgr__region_clear_keys(r);
-		return;
-	}
-	keys = (uint64_t)r->mr->rkey << 32 | r->mr->lkey;
-	for (unsigned int i = 0; i < c->nstripes; i++) {
-		uint64_t *w = mrmgr__ref_word(r, i);
-
-		__atomic_store_n(&w[1], keys, __ATOMIC_RELAXED);
-		/* Release: a reader that sees the bit sees the keys. */
-		__atomic_fetch_or(w, MRMGR__REF_KEYS, __ATOMIC_RELEASE);
-	}
-}
-
-void mrmgr__region_clear_keys(struct mrmgr_region *r)
-{
-	uintptr_t step;
-	uint64_t *w = words_of(r, &step);
-
-	/*
-	 * Only the lock's holder sets or clears the bit, a whole pass at a
-	 * time, so under the lock every stripe has it as stripe 0 does:
-	 * clear there (an eviction's mark cleared it), nothing to write.
-	 */
-	if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & MRMGR__REF_KEYS))
-		return;
-	for (unsigned int i = 0; i < r->cache->nstripes; i++, w += step)
-		__atomic_fetch_and(w, ~MRMGR__REF_KEYS, __ATOMIC_SEQ_CST);
-}
-
 /*
  * Every word of r to (word | set) & ~clear, one read-modify-write each;
  * returns the sum of the counts the words held just before (in units of
@@ -234,9 +180,10 @@ void mrmgr__region_clear_keys(struct mrmgr_region *r)
  * writes DEAD and KEYS, and hits and puts only add to the count and set
  * USED, so the swap fails only when a count or USED moved meanwhile, and
  * is retried on the new value; what it writes keeps theirs. The
- * read-modify-write is one point in the word's order, like the
- * fetch_or/fetch_and it replaces: a hit's add comes before it (and is in
- * the value returned) or after it (and sees the new bits).
+ * read-modify-write is one point in the word's order, like a
+ * fetch_or/fetch_and: a hit's add comes before it (and is in the value
+ * returned) or after it (and sees the new bits). Every change of DEAD or
+ * KEYS goes through here.
  */
 static uint64_t flip_words(struct mrmgr_region *r, unsigned int n,
 			   uint64_t set, uint64_t clear, uint64_t *had)
@@ -258,6 +205,66 @@ static uint64_t flip_words(struct mrmgr_region *r, unsigned int n,
 	}
 	*had = any;
 	return sum;
+}
+
+/*
+ * Copy r's keys beside every stripe's word; MRMGR__REF_KEYS, the bit to
+ * set after (the swap that sets it releases them), or 0 when r has no
+ * keys a hit may take from there.
+ */
+static uint64_t store_keys(struct mrmgr_region *r)
+{
+	const struct mrmgr_cache *c = r->cache;
+	uint64_t k;
+	uintptr_t step;
+	uint64_t *w = words_of(r, &step);
+
+	if (!r->mr || (c->flags & MRMGR__CACHE_EXT_GET))
+		return 0;
+	k = (uint64_t)r->mr->rkey << 32 | r->mr->lkey;
+	for (unsigned int i = 0; i < c->nstripes; i++, w += step)
+		__atomic_store_n(&w[1], k, __ATOMIC_RELAXED);
+	return MRMGR__REF_KEYS;
+}
+
+void mrmgr__region_set_state(struct mrmgr_region *r, int state)
+{
+	int was = __atomic_load_n(&r->state, __ATOMIC_RELAXED);
+	int live = state == MRMGR__REGION_LIVE;
+	uint64_t had;
+
+	/* Only the lock's holder changes states. */
+	__atomic_store_n(&r->state, state, __ATOMIC_SEQ_CST);
+	if ((was == MRMGR__REGION_LIVE) == live)
+		return;
+	(void)flip_words(r, r->cache->nstripes, live ? 0 : MRMGR__REF_DEAD,
+			 live ? MRMGR__REF_DEAD : 0, &had);
+}
+
+void mrmgr__region_set_keys(struct mrmgr_region *r)
+{
+	uint64_t set = store_keys(r), had;
+
+	if (!set)
+		mrmgr__region_clear_keys(r);
+	else
+		(void)flip_words(r, r->cache->nstripes, set, 0, &had);
+}
+
+void mrmgr__region_clear_keys(struct mrmgr_region *r)
+{
+	uintptr_t step;
+	uint64_t had;
+
+	/*
+	 * Only the lock's holder sets or clears the bit, a whole pass at a
+	 * time, so under the lock every stripe has it as stripe 0 does:
+	 * clear there (an eviction's mark cleared it), nothing to write.
+	 */
+	if (!(__atomic_load_n(words_of(r, &step), __ATOMIC_RELAXED) &
+	      MRMGR__REF_KEYS))
+		return;
+	(void)flip_words(r, r->cache->nstripes, 0, MRMGR__REF_KEYS, &had);
 }
 
 int64_t mrmgr__region_leave(struct mrmgr_region *r, int state, uint64_t clear,
@@ -282,22 +289,12 @@ int64_t mrmgr__region_leave(struct mrmgr_region *r, int state, uint64_t clear,
 
 void mrmgr__region_go_live(struct mrmgr_region *r)
 {
-	const struct mrmgr_cache *c = r->cache;
-	uint64_t set = 0, had;
+	uint64_t set = store_keys(r), had;
 
-	if (r->mr && !(c->flags & MRMGR__CACHE_EXT_GET)) {
-		uint64_t k = (uint64_t)r->mr->rkey << 32 | r->mr->lkey;
-
-		/* The keys first: the swap that sets KEYS releases them. */
-		for (unsigned int i = 0; i < c->nstripes; i++)
-			__atomic_store_n(&mrmgr__ref_word(r, i)[1], k,
-					 __ATOMIC_RELAXED);
-		set = MRMGR__REF_KEYS;
-	}
 	__atomic_store_n(&r->state, MRMGR__REGION_LIVE, __ATOMIC_SEQ_CST);
 	/* Keyed and live in one pass (set_keys() then set_state() made
 	 * two): a hit that finds the region live finds the keys. */
-	(void)flip_words(r, c->nstripes, set,
+	(void)flip_words(r, r->cache->nstripes, set,
 			 MRMGR__REF_DEAD | (MRMGR__REF_KEYS ^ set), &had);
 }
 

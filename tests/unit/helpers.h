@@ -89,4 +89,17 @@ static inline void remap_fixed(void *p, size_t len, int fill)
 	memset(q, fill, len);
 }
 
+/* A registration on the simulated HCA that is expected to fail: its
+ * errno, and no MR left behind when it succeeds after all. */
+static inline int reg_err(struct ibv_pd *pd, void *p, size_t len,
+			  unsigned int access)
+{
+	struct ibv_mr *mr = NULL;
+	int ret = mrmgr_sim_reg_mr(pd, p, len, access, &mr);
+
+	if (!ret)
+		cr_assert_eq(mrmgr_sim_dereg_mr(mr), 0);
+	return ret;
+}
+
 #endif

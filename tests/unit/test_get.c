@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "getter.h"
 #include "helpers.h"
 
 #include "cache.h"
@@ -34,22 +35,6 @@ static void count_regs(mrmgr_cache_t *c)
 	counting_ops.reg_mr = counting_reg;
 	c->ops = &counting_ops;
 	reg_calls = 0;
-}
-
-struct getter {
-	mrmgr_cache_t *c;
-	void *addr;
-	size_t len;
-	mrmgr_region_t *r;
-	int ret;
-};
-
-static void *getter_run(void *arg)
-{
-	struct getter *x = arg;
-
-	x->ret = mrmgr_get(x->c, x->addr, x->len, RW, &x->r);
-	return NULL;
 }
 
 static struct mrmgr_cache_attr attr(void)
@@ -76,16 +61,13 @@ Test(get, miss_looks_again_when_the_tree_changed_before_the_lock,
 	struct fixture f;
 	struct mrmgr_cache_attr a = attr();
 	char *buf = map_rw(64 * KiB, 0);
-	struct getter x = { .len = 64 * KiB };
+	struct getter x;
 	struct mrmgr_region *mine;
-	pthread_t t;
 
 	fx_open(&f, NULL, &a);
 	count_regs(f.cache);
-	x.c = f.cache;
-	x.addr = buf;
 	pthread_mutex_lock(&f.cache->lock);
-	cr_assert_eq(pthread_create(&t, NULL, getter_run, &x), 0);
+	getter_start(&x, f.cache, buf, 64 * KiB);
 	/* Time for the getter to miss lock-free and block on the lock (not
 	 * asserted: if it has not, it hits when it comes, and the counts
 	 * are the same; a second registration is what must never happen). */
@@ -94,8 +76,7 @@ Test(get, miss_looks_again_when_the_tree_changed_before_the_lock,
 					    (uintptr_t)buf + 64 * KiB - 1, RW,
 					    0, 0, &mine), 0);
 	pthread_mutex_unlock(&f.cache->lock);
-	pthread_join(t, NULL);
-	cr_assert_eq(x.ret, 0);
+	getter_join(&x);
 	cr_assert_eq(reg_calls, 1, "one registration, not %d", reg_calls);
 	cr_assert_eq(x.r, mine, "the getter hit the published region");
 	cr_assert_eq(cstats(f.cache).registrations, 1);

@@ -17,6 +17,7 @@
 #include <semaphore.h>
 #include <unistd.h>
 
+#include "getter.h"
 #include "helpers.h"
 
 #include "cache.h"
@@ -110,39 +111,6 @@ static struct mrmgr_cache_attr attr(uint64_t max_regions, uint32_t monitor)
 	};
 
 	return a;
-}
-
-struct getter {
-	mrmgr_cache_t *c;
-	void *addr;
-	size_t len;
-	mrmgr_region_t *r;
-	int ret;
-	pthread_t t;
-};
-
-static void *getter_run(void *arg)
-{
-	struct getter *x = arg;
-
-	x->ret = mrmgr_get(x->c, x->addr, x->len, RW, &x->r);
-	return NULL;
-}
-
-static void getter_start(struct getter *x, mrmgr_cache_t *c, void *addr,
-			 size_t len)
-{
-	x->c = c;
-	x->addr = addr;
-	x->len = len;
-	x->r = NULL;
-	cr_assert_eq(pthread_create(&x->t, NULL, getter_run, x), 0);
-}
-
-static void getter_join(struct getter *x)
-{
-	pthread_join(x->t, NULL);
-	cr_assert_eq(x->ret, 0);
 }
 
 static int is_cached(mrmgr_cache_t *c, void *p)

@@ -24,6 +24,7 @@
 #include <mrmgr/sim.h>
 
 #include "device.h"
+#include "helpers.h"
 #include "sim/sim_internal.h"
 
 #define PG ((size_t)4096)
@@ -83,16 +84,6 @@ static struct ibv_mr *reg(struct ibv_pd *pd, void *p, size_t len,
 		     strerror(ret));
 	cr_assert_not_null(mr);
 	return mr;
-}
-
-static int reg_err(struct ibv_pd *pd, void *p, size_t len, unsigned int access)
-{
-	struct ibv_mr *mr = NULL;
-	int ret = mrmgr_sim_reg_mr(pd, p, len, access, &mr);
-
-	if (!ret)
-		cr_assert_eq(mrmgr_sim_dereg_mr(mr), 0);
-	return ret;
 }
 
 static void teardown(struct ibv_context *ctx, struct ibv_pd *pd)

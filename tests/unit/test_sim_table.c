@@ -74,16 +74,6 @@ static struct ibv_context *open_dev(uint32_t flags, uint64_t memlock)
 	return ctx;
 }
 
-static int reg_err(struct ibv_pd *pd, void *p, size_t len, unsigned int access)
-{
-	struct ibv_mr *mr = NULL;
-	int ret = mrmgr_sim_reg_mr(pd, p, len, access, &mr);
-
-	if (!ret)
-		cr_assert_eq(mrmgr_sim_dereg_mr(mr), 0);
-	return ret;
-}
-
 /* ------------------------------------------------- two importing processes */
 
 struct new_mr {
