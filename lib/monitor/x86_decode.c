@@ -154,8 +154,8 @@ static unsigned int imm_len(uint16_t kind, const struct mrmgr__x86_insn *in,
 	case IW:
 		return 2;
 	case IZ:
-		/* Near branches keep 32 bits under 66 (Intel). */
-		return in->opsize16 && !(kind & R) ? 2 : 4;
+		/* REX.W wins over 66; near branches keep 32 bits (Intel). */
+		return in->opsize16 && !(in->rex & 8) && !(kind & R) ? 2 : 4;
 	case IV:
 		return (in->rex & 8) ? 8 : in->opsize16 ? 2 : 4;
 	case IO:
@@ -165,7 +165,7 @@ static unsigned int imm_len(uint16_t kind, const struct mrmgr__x86_insn *in,
 	case IG:
 		if ((in->modrm >> 3 & 7) > 1)
 			return 0;
-		return in->op == 0xf6 ? 1 : in->opsize16 ? 2 : 4;
+		return in->op == 0xf6 ? 1 : in->opsize16 && !(in->rex & 8) ? 2 : 4;
 	default:
 		return 0;
 	}
