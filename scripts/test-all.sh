@@ -148,6 +148,8 @@ test_monitor_patch_chain: chaining over another patcher needs the patch source, 
 	# hit checks would not hold there).
 	[ "$vg_failed" = 0 ] || { echo "valgrind: failures above" >&2; exit 1; }
 fi
+step "entry decoders against Capstone over the libc matrix"
+"$top/scripts/ci-decode.sh"
 if [ "${MRMGR_SKIP_RXE:-0}" = 1 ]; then
 	step "real-verbs tier skipped (MRMGR_SKIP_RXE=1)"
 else
