@@ -252,33 +252,7 @@ int mrmgr__patch_sbrk_calls_brk(const struct mrmgr__patch_image *im)
 	size_t size = 0;
 	uintptr_t sb = mrmgr__patch_sym(im, "sbrk", &size), brk = P.site[MRMGR__PT_BRK].fn;
 
-	if (!sb || size > 4096)
-		return 0;
-	for (size_t i = 0; i + 4 <= size; i++) {
-#if defined(__x86_64__)
-		const uint8_t *p = (const uint8_t *)sb + i;
-		int32_t d;
-
-		if (i + 5 > size || (p[0] != 0xe8 && p[0] != 0xe9))
-			continue;
-		memcpy(&d, p + 1, 4);
-		if (sb + i + 5 + (intptr_t)d == brk)
-			return 1;
-#elif defined(__aarch64__)
-		uint32_t v;
-		int32_t off;
-
-		if (i & 3)
-			continue;
-		memcpy(&v, (const void *)(sb + i), 4);
-		if ((v & 0x7c000000u) != 0x14000000u) /* b, bl */
-			continue;
-		off = (int32_t)(v << 6) >> 6;
-		if (sb + i + (intptr_t)off * 4 == brk)
-			return 1;
-#endif
-	}
-	return 0;
+	return sb && brk && mrmgr__patch_arch_calls(sb, size, brk);
 }
 
 void mrmgr__patch_mark(int t, int on)

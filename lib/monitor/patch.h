@@ -168,6 +168,9 @@ int mrmgr__patch_arch_plan(uintptr_t fn, size_t size, long nr,
  * jump of ours replaces); 0 when it is none of these.
  */
 uintptr_t mrmgr__patch_arch_foreign(uintptr_t at, unsigned int *len);
+/* Whether the body [fn, fn + size) calls or jumps to `to` directly
+ * (every instruction of it decoded, not a byte pattern). */
+int mrmgr__patch_arch_calls(uintptr_t fn, size_t size, uintptr_t to);
 /* Whether a direct branch from site s can reach address to. */
 int mrmgr__patch_arch_reaches(const struct mrmgr__patch_site *s, uintptr_t to);
 /* Bytes of one trampoline slot; write one jumping to hook at buf. */
