@@ -93,6 +93,7 @@ libc_of() {
 # --filter 'SUITE/*' argument if there is one.
 listed() {
 	prog=$1 suite=
+	[ "${2:-}" = --verbose ] && shift
 	[ "${2:-}" = --filter ] && suite=${3%%/*}
 	"$prog" --list | awk -v s="$suite" '
 		/^[^ \342]/ { cur = $1; sub(/:$/, "", cur) }
@@ -123,7 +124,9 @@ criterion() {
 		bad "$(basename "$1") $*: ran ${tested:-no} of its $want tests (the others skipped: the case needs the patched libc)"
 		return 1
 	fi
-	say "$(basename "$1") $(echo "$*" | cut -d' ' -f2-): $synth"
+	name=$(basename "$1")
+	shift
+	say "$name $*: $synth"
 	return 0
 }
 
@@ -221,7 +224,7 @@ run_amd64() { # suite
 		ok=0
 	fi
 	# (a) the torture: its stale counts are in its log lines.
-	criterion "$w/torture.log" "$w/test_monitor_cases" --filter 'torture/*' || ok=0
+	criterion "$w/torture.log" "$w/test_monitor_cases" --verbose --filter 'torture/*' || ok=0
 	tstale=$(sed -n 's/.*threads: [0-9]* gets, \([0-9]*\) stale.*/\1/p; s/.*cells, [0-9]* threads: \([0-9]*\) stale.*/\1/p' \
 		"$w/torture.log" | awk '{ s += $1; n++ } END { if (n) print s; else print "-" }')
 	# (b), (c)
