@@ -150,6 +150,7 @@ test_monitor_patch_chain: chaining over another patcher needs the patch source, 
 fi
 step "entry decoders against Capstone over the libc matrix"
 "$top/scripts/ci-decode.sh"
+step "libc matrix: trixie, sid x amd64, arm64"; "$top/scripts/ci-libc-matrix.sh"
 if [ "${MRMGR_SKIP_RXE:-0}" = 1 ]; then
 	step "real-verbs tier skipped (MRMGR_SKIP_RXE=1)"
 else
