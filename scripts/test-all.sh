@@ -148,6 +148,7 @@ test_monitor_patch_chain: chaining over another patcher needs the patch source, 
 	# hit checks would not hold there).
 	[ "$vg_failed" = 0 ] || { echo "valgrind: failures above" >&2; exit 1; }
 fi
+step "Debian 11 (glibc 2.31, rdma-core 33) in a debootstrap chroot"; "$top/scripts/ci-bullseye.sh"
 if [ "${MRMGR_SKIP_RXE:-0}" = 1 ]; then
 	step "real-verbs tier skipped (MRMGR_SKIP_RXE=1)"
 else
