@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "a64_decode.h"
 #include "patch.h"
 
 #define B_REACH ((uintptr_t)0x7f00000) /* ±128 MiB, a margin kept */
@@ -58,7 +59,8 @@ static uint32_t insn(uintptr_t a)
 	return v;
 }
 
-/* The body issues system call nr: `mov w8|x8, #nr` then `svc #0` soon after. */
+/* The body issues system call nr: `mov w8|x8, #nr` then `svc #0` within
+ * five instructions, none of them a branch. */
 static int issues(uintptr_t fn, size_t size, long nr)
 {
 	uint32_t w8 = 0x52800008u | ((uint32_t)nr << 5);
@@ -69,9 +71,12 @@ static int issues(uintptr_t fn, size_t size, long nr)
 
 		if (v != w8 && v != x8)
 			continue;
-		for (size_t j = i + 4; j < i + 24 && j + 4 <= size; j += 4)
+		for (size_t j = i + 4; j < i + 24 && j + 4 <= size; j += 4) {
 			if (insn(fn + j) == INSN_SVC0)
 				return 1;
+			if (mrmgr__a64_classify(insn(fn + j), NULL) & MRMGR__A64_CTRL)
+				break;
+		}
 	}
 	return 0;
 }
@@ -146,22 +151,40 @@ uintptr_t mrmgr__patch_arch_foreign(uintptr_t at, unsigned int *len)
 	return 0;
 }
 
-/* Branches and literal loads this file does not follow: a prologue
- * starting with one is not one we know. */
-static int plain_branch(uint32_t v)
+#define HINT_PACIASP 0xd503233fu
+#define HINT_PACIBSP 0xd503237fu
+
+/* Whether a direct branch of the body [fn, fn + size) lands in [lo, hi). */
+static int lands_in(uintptr_t fn, size_t size, uintptr_t lo, uintptr_t hi)
 {
-	return (v & 0x7c000000u) == 0x14000000u || /* b, bl */
-	       (v & 0xfffffc1fu) == 0xd61f0000u || /* br */
-	       (v & 0xfffffc1fu) == 0xd63f0000u || /* blr */
-	       (v & 0xbf000000u) == 0x18000000u || /* ldr (literal) */
-	       v == 0xd4200000u;                 /* brk #0 */
+	for (size_t i = 0; i + 4 <= size; i += 4) {
+		int64_t rel;
+		unsigned int f = mrmgr__a64_classify(insn(fn + i), &rel);
+		uintptr_t t = fn + i + (uintptr_t)rel;
+
+		if ((f & MRMGR__A64_CTRL) && (f & MRMGR__A64_POSDEP) &&
+		    t >= lo && t < hi)
+			return 1;
+	}
+	return 0;
 }
 
+/*
+ * The decision on the entry (see doc/monitor.md, "Deciding what an entry
+ * starts with"): a `bti` stays (indirect callers land on it), so does a
+ * `paciasp`/`pacibsp`, which is the landing pad of a function without
+ * `bti` (an indirect call that found a `b` there would fault on BTI
+ * hardware); its signature on LR is stripped by the trampoline's
+ * `xpaclri`, since the hook returns with a plain `ret`. The instruction
+ * after them is replaced whatever it is (PC-relative ones too: it is
+ * never executed anywhere else, the hooks issue the system call), unless
+ * it transfers control, or a branch of the body comes back to it.
+ */
 int mrmgr__patch_arch_plan(uintptr_t fn, size_t size, long nr,
 			   uintptr_t before_lo, uintptr_t after_hi,
 			   struct mrmgr__patch_site *s)
 {
-	unsigned int flen = 0;
+	unsigned int flen = 0, f;
 
 	(void)before_lo;
 	(void)after_hi;
@@ -169,17 +192,39 @@ int mrmgr__patch_arch_plan(uintptr_t fn, size_t size, long nr,
 	s->fn = s->at = fn;
 	if ((fn & 3) || size < 8 || size > 4096)
 		return ENOEXEC;
-	if (insn(fn) == INSN_BTI_C || insn(fn) == INSN_BTI_JC)
+	if (mrmgr__a64_classify(insn(fn), NULL) & MRMGR__A64_BTI)
 		s->at += 4; /* the landing pad stays for indirect callers */
 	/* Another patcher was here first: the first instruction of its jump
 	 * becomes our B, the rest of it is dead. */
 	s->chain = mrmgr__patch_arch_foreign(s->at, &flen);
-	if (!s->chain && (!issues(fn, size, nr) || plain_branch(insn(s->at))))
-		return ENOEXEC;
+	if (!s->chain) {
+		if (!issues(fn, size, nr))
+			return ENOEXEC;
+		if (insn(s->at) == HINT_PACIASP || insn(s->at) == HINT_PACIBSP)
+			s->at += 4;
+		f = mrmgr__a64_classify(insn(s->at), NULL);
+		if ((f & MRMGR__A64_CTRL) || s->at + 4 > fn + size ||
+		    lands_in(fn, size, fn, s->at + 4))
+			return ENOEXEC;
+	}
 	s->win = s->at;
 	s->win_len = 4;
 	s->len = 4;
 	memcpy(s->old, (const void *)s->win, 4);
+	return 0;
+}
+
+int mrmgr__patch_arch_calls(uintptr_t fn, size_t size, uintptr_t to)
+{
+	if ((fn & 3) || size > 4096)
+		return 0;
+	for (size_t i = 0; i + 4 <= size; i += 4) {
+		int64_t rel;
+
+		if ((mrmgr__a64_classify(insn(fn + i), &rel) & MRMGR__A64_BRANCH) &&
+		    fn + i + (uintptr_t)rel == to)
+			return 1;
+	}
 	return 0;
 }
 
@@ -192,18 +237,23 @@ int mrmgr__patch_arch_reaches(const struct mrmgr__patch_site *s, uintptr_t to)
 
 size_t mrmgr__patch_arch_tramp_size(void)
 {
-	return 16;
+	return 24;
 }
 
 void mrmgr__patch_arch_tramp(unsigned char *buf, uintptr_t hook)
 {
-	const uint32_t code[2] = {
-		0x58000050u, /* ldr x16, #8 */
+	/* xpaclri: a `paciasp` left at the entry signed LR, and the hook
+	 * returns with a plain `ret` (a no-op on an unsigned LR, and a NOP
+	 * without pointer authentication). */
+	const uint32_t code[4] = {
+		0xd50320ffu, /* xpaclri */
+		0x58000070u, /* ldr x16, #12 */
 		0xd61f0200u, /* br x16 */
+		0xd503201fu, /* nop */
 	};
 
-	memcpy(buf, code, 8);
-	memcpy(buf + 8, &hook, 8);
+	memcpy(buf, code, 16);
+	memcpy(buf + 16, &hook, 8);
 }
 
 void mrmgr__patch_arch_encode(struct mrmgr__patch_site *s, uintptr_t tramp)

@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "patch.h"
+#include "x86_decode.h"
 
 #define REL32_REACH ((uintptr_t)0x7ff00000) /* ±2 GiB, a margin kept */
 
@@ -51,96 +52,186 @@ uintptr_t mrmgr__patch_arch_reach(void)
 	return REL32_REACH;
 }
 
-/* Length of the NOP at p (at most n bytes), or 0 if it is not one. */
-static size_t nop_len(const uint8_t *p, size_t n)
+static int fits(intptr_t d, intptr_t lim)
 {
-	size_t i = 0, len;
-	uint8_t modrm, mod, rm;
+	return d >= -lim - 1 && d <= lim;
+}
 
-	if (n && (p[0] == 0x90 || p[0] == 0xcc)) /* nop, int3 padding */
-		return 1;
-	while (i < n && i < 6 && (p[i] == 0x66 || p[i] == 0x2e))
-		i++;
-	if (i < n && i && p[i] == 0x90)
-		return i + 1; /* xchg %ax, %ax */
-	/* 0f 1f /0: nopl/nopw with a memory operand */
-	if (i + 3 > n || p[i] != 0x0f || p[i + 1] != 0x1f)
-		return 0;
-	modrm = p[i + 2];
-	if (modrm & 0x38)
-		return 0;
-	mod = modrm >> 6;
-	rm = modrm & 7;
-	len = i + 3;
-	if (mod != 3 && rm == 4)
-		len++; /* SIB */
-	if (mod == 1)
-		len += 1;
-	else if (mod == 2 || (mod == 0 && rm == 5))
-		len += 4;
-	else if (mod == 0 && rm == 4 && len <= n && (p[len - 1] & 7) == 5)
-		len += 4;
-	return len <= n ? len : 0;
+/* The instruction at a, if it decodes whole below hi: its length, else 0. */
+static size_t insn_at(uintptr_t a, uintptr_t hi, struct mrmgr__x86_insn *in)
+{
+	return a < hi ? mrmgr__x86_decode((const uint8_t *)a, hi - a, in) : 0;
 }
 
 /* [lo, hi) is nothing but NOPs (alignment padding between functions). */
 static int all_nops(uintptr_t lo, uintptr_t hi)
 {
-	const uint8_t *p = (const uint8_t *)lo;
-	size_t n = hi - lo;
+	struct mrmgr__x86_insn in;
 
-	if (hi <= lo || n > 64)
+	if (hi <= lo || hi - lo > 64)
 		return 0;
-	while (n) {
-		size_t l = nop_len(p, n);
+	while (lo < hi) {
+		size_t l = insn_at(lo, hi, &in);
 
-		if (!l)
+		if (!l || !mrmgr__x86_is_nop(&in))
 			return 0;
-		p += l;
-		n -= l;
+		lo += l;
 	}
 	return 1;
 }
 
-/* The body issues system call nr: `mov $nr, %eax` then `syscall`. */
-static int issues(const uint8_t *p, size_t size, long nr)
+/* A register (0-15) the instruction writes, as far as the forms below
+ * tell; -1 when it writes none of them; -2 when it may write another or
+ * one we do not work out (then it counts as writing %eax). */
+static int writes_reg(const struct mrmgr__x86_insn *in)
 {
-	for (size_t i = 0; i + 7 <= size; i++)
-		if (p[i] == 0xb8 && p[i + 1] == (uint8_t)nr &&
-		    p[i + 2] == (uint8_t)(nr >> 8) && p[i + 3] == 0 &&
-		    p[i + 4] == 0 && p[i + 5] == 0x0f && p[i + 6] == 0x05)
+	int reg = (in->modrm >> 3 & 7) | (in->rex & 4) << 1;
+	int rm = (in->modrm & 7) | (in->rex & 1) << 3;
+	int mem = (in->modrm >> 6) != 3;
+	uint8_t op = in->op;
+
+	if (in->map == MRMGR__X86_MAP_0F &&
+	    (op == 0xb6 || op == 0xb7 || op == 0xbe || op == 0xbf))
+		return reg; /* movzx, movsx */
+	if (in->map != MRMGR__X86_MAP_1)
+		return -2;
+	if (op < 0x40 && (op & 7) <= 3) /* add/or/adc/sbb/and/sub/xor/cmp */
+		return (op & 0x38) == 0x38 || (!(op & 2) && mem) ? -1
+		       : (op & 2) ? reg : rm;
+	if (op == 0x88 || op == 0x89 || op == 0xc6 || op == 0xc7)
+		return mem ? -1 : rm;
+	if (op == 0x8a || op == 0x8b || op == 0x8d || op == 0x63)
+		return reg;
+	if (op >= 0x80 && op <= 0x83)
+		return (in->modrm >> 3 & 7) == 7 || mem ? -1 : rm;
+	if (op == 0x84 || op == 0x85 || (op >= 0x50 && op <= 0x57))
+		return -1; /* test, push */
+	if (op >= 0xb0 && op <= 0xbf)
+		return (op & 7) | (in->rex & 1) << 3;
+	if (op >= 0x58 && op <= 0x5f)
+		return (op & 7) | (in->rex & 1) << 3;
+	return -2;
+}
+
+/* `mov $nr, %eax` (b8 imm32) or `mov $nr, %rax` (48 c7 c0 imm32). */
+static int loads_nr(const uint8_t *p, const struct mrmgr__x86_insn *in, long nr)
+{
+	int32_t imm;
+
+	if (in->map != MRMGR__X86_MAP_1 || in->imm_len != 4 || (in->rex & 1) ||
+	    !(in->op == 0xb8 || (in->op == 0xc7 && in->modrm == 0xc0)))
+		return 0;
+	memcpy(&imm, p + in->imm_off, 4);
+	return imm == nr;
+}
+
+/*
+ * What a walk over a whole body [fn, fn + size) found: every byte decodes
+ * (0 otherwise); a `syscall` on a straight line after a load of nr into
+ * %eax that nothing in between overwrote; an indirect jump (a jump table
+ * could lead anywhere); a direct call or jump to `to`.
+ */
+struct body {
+	int decodes, issues, indirect_jmp, reaches;
+};
+
+static void walk(uintptr_t fn, size_t size, long nr, uintptr_t to, struct body *b)
+{
+	struct mrmgr__x86_insn in;
+	uintptr_t a = fn, end = fn + size;
+	int loaded = 0;
+
+	memset(b, 0, sizeof(*b));
+	while (a < end) {
+		size_t l = insn_at(a, end, &in);
+
+		if (!l)
+			return;
+		if ((in.flags & MRMGR__X86_REL) && to &&
+		    a + l + (uintptr_t)in.rel == to)
+			b->reaches = 1;
+		if ((in.flags & MRMGR__X86_INDIRECT) && !(in.flags & MRMGR__X86_CALL))
+			b->indirect_jmp = 1;
+		if (in.map == MRMGR__X86_MAP_0F && in.op == 0x05 && loaded)
+			b->issues = 1;
+		if (loads_nr((const uint8_t *)a, &in, nr))
+			loaded = 1;
+		else if ((in.flags & MRMGR__X86_CTRL) || writes_reg(&in) == 0 ||
+			 writes_reg(&in) == -2)
+			loaded = 0;
+		a += l;
+	}
+	b->decodes = 1;
+}
+
+/* Whether any direct branch of the body lands in [lo, hi). */
+static int lands_in(uintptr_t fn, size_t size, uintptr_t lo, uintptr_t hi)
+{
+	struct mrmgr__x86_insn in;
+
+	for (uintptr_t a = fn; a < fn + size;) {
+		size_t l = insn_at(a, fn + size, &in);
+		uintptr_t t = a + l + (uintptr_t)in.rel;
+
+		if (!l)
 			return 1;
+		if ((in.flags & MRMGR__X86_REL) && t >= lo && t < hi)
+			return 1;
+		a += l;
+	}
 	return 0;
 }
 
 /*
- * Length of the first instruction when it is one of the forms glibc's
- * wrappers start with, else 0: mov $imm32 to a register; a register to
- * register mov/xor/sub/add (with or without REX); sub/add $imm to a
- * register; push of r8-r15.
+ * Five dead bytes inside the body within rel8 reach of from, outside
+ * [wlo, whi): a run of NOPs right after an instruction that never falls
+ * through (alignment padding before a branch target), that no branch
+ * lands in, in a body without indirect jumps. 0 if none.
  */
-static size_t first_insn(const uint8_t *p)
+static uintptr_t inner_pad(uintptr_t fn, size_t size, uintptr_t from,
+			   uintptr_t wlo, uintptr_t whi)
 {
-	size_t rex = (p[0] & 0xf0) == 0x40;
-	uint8_t op = p[rex];
+	struct mrmgr__x86_insn in;
+	int after_nofall = 0;
 
-	if (!rex && op >= 0xb8 && op <= 0xbf)
-		return 5;
-	if ((op == 0x89 || op == 0x8b || op == 0x31 || op == 0x33 ||
-	     op == 0x29 || op == 0x01) && (p[rex + 1] >> 6) == 3)
-		return rex + 2;
-	if (op == 0x83 && (p[rex + 1] >> 6) == 3)
-		return rex + 3;
-	if (op == 0x81 && (p[rex + 1] >> 6) == 3)
-		return rex + 6;
-	if (rex && p[0] == 0x41 && op >= 0x50 && op <= 0x57)
-		return 2;
+	for (uintptr_t a = fn; a < fn + size;) {
+		size_t l = insn_at(a, fn + size, &in);
+		uintptr_t r = a;
+
+		if (!l)
+			return 0;
+		if (after_nofall && mrmgr__x86_is_nop(&in) && in.op != 0xcc) {
+			while (r < fn + size && insn_at(r, fn + size, &in) &&
+			       mrmgr__x86_is_nop(&in) && in.op != 0xcc)
+				r += in.len;
+			if (r - a >= 5 && fits((intptr_t)a - (intptr_t)from, 127) &&
+			    (a >= whi || a + 5 <= wlo) && !lands_in(fn, size, a, r))
+				return a;
+			after_nofall = 0;
+			a = r;
+			continue;
+		}
+		after_nofall = !!(in.flags & MRMGR__X86_NOFALL);
+		a += l;
+	}
 	return 0;
 }
 
-static int fits(intptr_t d, intptr_t lim)
+/*
+ * Length of the first instruction when a jump may replace it, else 0.
+ * Whatever it is, it is never executed anywhere else: the hooks issue
+ * the system call themselves (or call another patcher's code), so a
+ * RIP-relative instruction (2.41's sbrk: cmpb $0, disp(%rip)) may be
+ * replaced as is. A control transfer is refused: an entry that starts by
+ * branching is not a wrapper we know (another patcher's forms are
+ * recognised before this).
+ */
+static size_t first_insn(uintptr_t at, uintptr_t end)
 {
-	return d >= -lim - 1 && d <= lim;
+	struct mrmgr__x86_insn in;
+	size_t l = insn_at(at, end, &in);
+
+	return l && !(in.flags & MRMGR__X86_CTRL) ? l : 0;
 }
 
 /*
@@ -180,49 +271,9 @@ uintptr_t mrmgr__patch_arch_foreign(uintptr_t at, unsigned int *len)
 	return 0;
 }
 
-int mrmgr__patch_arch_plan(uintptr_t fn, size_t size, long nr,
-			   uintptr_t before_lo, uintptr_t after_hi,
-			   struct mrmgr__patch_site *s)
+/* The aligned 8- or 16-byte word holding [at, at + len): 0 or ENOEXEC. */
+static int window(struct mrmgr__patch_site *s)
 {
-	const uint8_t *p = (const uint8_t *)fn;
-	size_t len;
-
-	unsigned int flen = 0;
-
-	memset(s, 0, sizeof(*s));
-	s->fn = s->at = fn;
-	if (size < 8 || size > 4096)
-		return ENOEXEC;
-	if (p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa)
-		s->at += 4; /* endbr64 stays: indirect calls land on it */
-	/* Another patcher was here first: its jump's first instruction
-	 * (5 bytes or more) becomes ours, the rest of it is dead. */
-	s->chain = mrmgr__patch_arch_foreign(s->at, &flen);
-	if (!s->chain && !issues(p, size, nr))
-		return ENOEXEC;
-	len = s->chain ? flen : first_insn((const uint8_t *)s->at);
-	if (len >= 5) {
-		s->len = 5;
-	} else if (len >= 2) {
-		intptr_t from = (intptr_t)s->at + 2;
-
-		/* Five dead bytes in rel8 reach: the padding after the
-		 * function, else the padding before it. */
-		s->len = 2;
-		if (after_hi >= fn + size + 5 && all_nops(fn + size, after_hi) &&
-		    fits((intptr_t)(fn + size) - from, 127))
-			s->pad = fn + size;
-		else if (before_lo && fn >= before_lo + 5 &&
-			 all_nops(before_lo, fn) &&
-			 fits((intptr_t)(fn - 5) - from, 127))
-			s->pad = fn - 5;
-		else
-			return ENOEXEC;
-		s->pad_len = 5;
-		memcpy(s->pad_old, (const void *)s->pad, 5);
-	} else {
-		return ENOEXEC;
-	}
 	if ((s->at & 7) + s->len <= 8) {
 		s->win = s->at & ~(uintptr_t)7;
 		s->win_len = 8;
@@ -232,8 +283,77 @@ int mrmgr__patch_arch_plan(uintptr_t fn, size_t size, long nr,
 	} else {
 		return ENOEXEC;
 	}
+	return 0;
+}
+
+int mrmgr__patch_arch_plan(uintptr_t fn, size_t size, long nr,
+			   uintptr_t before_lo, uintptr_t after_hi,
+			   struct mrmgr__patch_site *s)
+{
+	const uint8_t *p = (const uint8_t *)fn;
+	unsigned int flen = 0;
+	struct body b;
+	size_t len;
+
+	memset(s, 0, sizeof(*s));
+	memset(&b, 0, sizeof(b));
+	s->fn = s->at = fn;
+	if (size < 8 || size > 4096)
+		return ENOEXEC;
+	if (p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa)
+		s->at += 4; /* endbr64 stays: indirect calls land on it */
+	/* Another patcher was here first: its jump's first instruction
+	 * (5 bytes or more) becomes ours, the rest of it is dead. */
+	s->chain = mrmgr__patch_arch_foreign(s->at, &flen);
+	if (s->chain) {
+		len = flen;
+	} else {
+		walk(fn, size, nr, 0, &b);
+		if (!b.decodes || !b.issues)
+			return ENOEXEC;
+		len = first_insn(s->at, fn + size);
+		/* A branch back to the entry would enter the hook mid-call. */
+		if (len && lands_in(fn, size, fn, s->at + len))
+			return ENOEXEC;
+	}
+	if (len < 2)
+		return ENOEXEC; /* a 1-byte instruction cannot hold a jump */
+	s->len = len >= 5 ? 5 : 2;
+	if (window(s))
+		return ENOEXEC;
+	if (s->len == 2) {
+		intptr_t from = (intptr_t)s->at + 2;
+		uintptr_t wlo = s->win, whi = s->win + s->win_len;
+
+		/* Five dead bytes in rel8 reach, not in the window: the
+		 * padding after the function, else the padding before it,
+		 * else padding inside the body nothing runs into. */
+		if (after_hi >= fn + size + 5 && all_nops(fn + size, after_hi) &&
+		    fits((intptr_t)(fn + size) - from, 127) && fn + size >= whi)
+			s->pad = fn + size;
+		else if (before_lo && fn >= before_lo + 5 &&
+			 all_nops(before_lo, fn) && fn <= wlo &&
+			 fits((intptr_t)(fn - 5) - from, 127))
+			s->pad = fn - 5;
+		else if (!b.indirect_jmp)
+			s->pad = inner_pad(fn, size, (uintptr_t)from, wlo, whi);
+		if (!s->pad)
+			return ENOEXEC;
+		s->pad_len = 5;
+		memcpy(s->pad_old, (const void *)s->pad, 5);
+	}
 	memcpy(s->old, (const void *)s->win, s->win_len);
 	return 0;
+}
+
+int mrmgr__patch_arch_calls(uintptr_t fn, size_t size, uintptr_t to)
+{
+	struct body b;
+
+	if (size > 4096)
+		return 0;
+	walk(fn, size, -1, to, &b);
+	return b.decodes && b.reaches;
 }
 
 int mrmgr__patch_arch_reaches(const struct mrmgr__patch_site *s, uintptr_t to)
