@@ -17,8 +17,7 @@ pkgs="build-essential autoconf automake libtool pkg-config
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
       python3 man-db groff-base openmpi-bin libopenmpi-dev
       dpkg-dev debhelper fakeroot lintian
-      patchelf
-      libcapstone-dev"
+      patchelf libcapstone-dev debootstrap"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||

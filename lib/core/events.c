@@ -22,7 +22,7 @@ static int32_t fork_status_of(const struct mrmgr_cache *c)
 	 * parent's registrations stale. */
 	if (c->caps.cap_flags & MRMGR_DEVICE_CAP_PLAIN_PINS)
 		return -1;
-	return (int32_t)ibv_is_fork_initialized();
+	return (int32_t)mrmgr__verbs_fork_status();
 }
 
 void mrmgr__mon_cache_init(struct mrmgr_cache *c)

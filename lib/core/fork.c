@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "compat.h"
 #include "log.h"
 #include "monitor.h"
 
@@ -52,7 +53,7 @@ static void prepare(void)
 	for (struct mrmgr_cache *c = caches; c; c = next_of(c)) {
 		/* May have changed since creation (ibv_fork_init()). */
 		if (c->mon.fork_status >= 0)
-			c->mon.fork_status = (int)ibv_is_fork_initialized();
+			c->mon.fork_status = mrmgr__verbs_fork_status();
 		pthread_mutex_lock(&c->lock);
 	}
 	pthread_mutex_lock(&mrmgr__mon_lock);

@@ -98,4 +98,14 @@ void mrmgr__dev_learn(const struct mrmgr_device_ops *ops, const char *name,
  */
 int mrmgr__dev_can_import(struct ibv_pd *pd);
 
+/*
+ * ibv_is_fork_initialized() (an enum ibv_fork_status). Called directly
+ * when the build's rdma-core declares it (35+); otherwise looked up in the
+ * loaded libibverbs at run time, and IBV_FORK_DISABLED when it has none
+ * (doc/portability.md). mrmgr__verbs_fork_status_lookup() is that lookup,
+ * always built, so the tests exercise it on any rdma-core.
+ */
+int mrmgr__verbs_fork_status(void);
+int mrmgr__verbs_fork_status_lookup(void);
+
 #endif /* MRMGR__DEVICE_H */

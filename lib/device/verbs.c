@@ -8,6 +8,7 @@
  */
 #include "config.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +16,44 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "compat.h"
 #include "device.h"
+
+typedef int (*fork_status_fn)(void);
+
+/* Resolved once; a data race on the pointer is harmless (every thread
+ * finds the same function), but keep it atomic for the sanitizers. */
+int mrmgr__verbs_fork_status_lookup(void)
+{
+	static fork_status_fn fn;
+	static int looked;
+	fork_status_fn f;
+
+	if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+		void *h = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
+		void *sym = h ? dlsym(h, "ibv_is_fork_initialized") : NULL;
+
+		if (!sym)
+			sym = dlsym(RTLD_DEFAULT, "ibv_is_fork_initialized");
+		if (h)
+			dlclose(h);
+		/* A function pointer from dlsym(), as POSIX allows. */
+		memcpy(&f, &sym, sizeof(f));
+		__atomic_store_n(&fn, f, __ATOMIC_RELAXED);
+		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+	}
+	f = __atomic_load_n(&fn, __ATOMIC_RELAXED);
+	return f ? f() : (int)IBV_FORK_DISABLED;
+}
+
+int mrmgr__verbs_fork_status(void)
+{
+#if HAVE_DECL_IBV_IS_FORK_INITIALIZED
+	return (int)ibv_is_fork_initialized();
+#else
+	return mrmgr__verbs_fork_status_lookup();
+#endif
+}
 
 /*
  * ibv_query_device_ex() first: it carries odp_caps. Providers without the

@@ -49,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "compat.h"
 #include "log.h"
 #include "monitor.h"
 #include "procfs.h"

@@ -79,7 +79,9 @@ for low in device os util; do
 done
 
 # Production code names no simulator: no sim header, no sim call.
-grep -rnE 'mrmgr_sim_|mrmgr__sim|MRMGR__SIM|sim_internal\.h|sim_share\.h|mrmgr/sim\.h' \
+# Sources only: an in-tree build leaves libtool files naming the sim there.
+grep -rnE --include='*.[ch]' --include='*.map' \
+	'mrmgr_sim_|mrmgr__sim|MRMGR__SIM|sim_internal\.h|sim_share\.h|mrmgr/sim\.h' \
 	"$src/lib" "$src/share" "$src/hooks" "$src/include/mrmgr/mrmgr.h" \
 	"$src/include/mrmgr/device.h" 2>/dev/null |
 	sed "s|^$src/||; s|^|production-names-sim |" >>"$tmp/found" || true

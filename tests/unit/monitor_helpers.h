@@ -15,6 +15,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 
+#include "compat.h"
 #include "helpers.h"
 
 static inline struct mrmgr_monitor_info minfo(mrmgr_cache_t *c)

@@ -17,6 +17,8 @@
 
 #include <mrmgr/device.h>
 
+#include "compat.h"
+#include "device.h"
 #include "share_helpers.h"
 
 /* ------------------------------------------------------------ a toy device */
@@ -323,4 +325,29 @@ Test(device, a_forged_sim_table_is_not_claimed)
 	close(fd);
 	free(copy);
 	cr_assert_eq(mrmgr_sim_close(ctx), 0);
+}
+
+/* ------------------------------------------------------------ fork status */
+
+/* rdma-core before 35 has no ibv_is_fork_initialized(): the library then
+ * looks it up in the loaded libibverbs (lib/os/compat.h). The lookup is
+ * built everywhere; where the headers declare the call, it must find the
+ * very function: after ibv_fork_init() (this test's process only) the
+ * answer is no longer IBV_FORK_DISABLED, what a lookup that found nothing
+ * would say. */
+Test(device, fork_status_lookup_finds_libibverbs)
+{
+	int st;
+
+	cr_assert_eq(ibv_fork_init(), 0);
+	st = mrmgr__verbs_fork_status_lookup();
+	cr_assert(st == IBV_FORK_DISABLED || st == IBV_FORK_ENABLED ||
+		  st == IBV_FORK_UNNEEDED, "fork status %d", st);
+#if HAVE_DECL_IBV_IS_FORK_INITIALIZED
+	cr_assert_neq(st, IBV_FORK_DISABLED, "the lookup did not find it");
+	cr_assert_eq(st, (int)ibv_is_fork_initialized());
+	cr_assert_eq(mrmgr__verbs_fork_status(), st);
+#else
+	cr_assert_eq(mrmgr__verbs_fork_status(), st);
+#endif
 }
