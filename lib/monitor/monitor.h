@@ -151,6 +151,7 @@ int mrmgr__uffd_start(void);             /* 0 or why not */
 int mrmgr__uffd_state(int *err, uint32_t *flags, uint64_t *features);
 int mrmgr__uffd_register(uint64_t start, uint64_t last);   /* 0 or errno */
 int mrmgr__uffd_internal(uint64_t start, uint64_t last);   /* our own memory */
+int mrmgr__uffd_registered(uint64_t start, uint64_t last); /* 0, ENOENT */
 void mrmgr__uffd_unregister(uint64_t start, uint64_t last);
 void mrmgr__uffd_fork_child(void);
 
@@ -261,5 +262,14 @@ enum mrmgr__mon_test_flags {
 };
 extern unsigned int mrmgr__mon_test_flags;
 extern uint64_t mrmgr__watch_budget_override;
+/*
+ * Called (when set, with mrmgr__mon_lock held) by the userfaultfd watch
+ * with the extent [vs, vl] it is about to vouch for: phase 0 between the
+ * classification and UFFDIO_REGISTER, phase 1 between UFFDIO_REGISTER and
+ * the second look. Tests change memory there with raw system calls to
+ * hold the window open.
+ */
+enum { MRMGR__WATCH_TEST_BEFORE_REGISTER, MRMGR__WATCH_TEST_AFTER_REGISTER };
+extern void (*mrmgr__watch_test_between)(int phase, uint64_t vs, uint64_t vl);
 
 #endif /* MRMGR__MONITOR_H */

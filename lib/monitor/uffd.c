@@ -226,6 +226,28 @@ int mrmgr__uffd_register(uint64_t start, uint64_t last)
 	return ioctl(U.fd, UFFDIO_REGISTER, &reg) ? errno : 0;
 }
 
+/*
+ * Whether the mapping holding [start, last] (inside one VMA) is registered:
+ * 0, ENOENT when it is not (or is not mapped), or another errno (EAGAIN
+ * while the kernel delivers an event). Maps show no registration, so the
+ * kernel is asked with a write-protect clear: it refuses a VMA without
+ * userfaultfd write-protect tracking, and clearing protection nobody set
+ * changes nothing the program sees (a page may be mapped writable a fault
+ * early, as the fault would have). One page: the cost of one PTE.
+ */
+int mrmgr__uffd_registered(uint64_t start, uint64_t last)
+{
+	struct uffdio_writeprotect wp;
+
+	if (U.fd < 0)
+		return EBADF;
+	memset(&wp, 0, sizeof(wp));
+	wp.range.start = start;
+	wp.range.len = last - start + 1;
+	wp.mode = 0;
+	return ioctl(U.fd, UFFDIO_WRITEPROTECT, &wp) ? errno : 0;
+}
+
 void mrmgr__uffd_unregister(uint64_t start, uint64_t last)
 {
 	struct uffdio_range r = { .start = start, .len = last - start + 1 };
