@@ -411,7 +411,15 @@ static int uffd_watch(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
 
 /*
  * Under a source that wraps the process's own calls (the patched libc,
- * the hooks): it vouches for anonymous private memory. Never shared
+ * the hooks): it vouches for anonymous private memory.
+ *
+ * The known extent is the part of the VMAs' extent inside the filter's
+ * chunks of the request (set before the classification, so a change
+ * there from then on is pushed, and drained after known_add(): the
+ * cache's lock is held from its last drain). The whole extent would
+ * outlive a change the filter drops, in a chunk nothing was cached in:
+ * a file or shared mapping put there later was trusted as anonymous
+ * memory (test_monitor_window.c, suite filter). Never shared
  * memory (another process changes it), never a private file mapping:
  * truncating the file, from any process, zaps even the private copies
  * (truncate_pagecache() unmaps COWed pages too), and no call of ours
@@ -428,8 +436,15 @@ static int trusted_watch(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
 		kind = (int)k->kind;
 	} else {
 		kind = mrmgr__vma_classify(s, l, &vs, &vl);
-		if (kind == MRMGR__VMA_ANON_PRIVATE)
-			known_add(m, vs, vl, kind);
+		if (kind == MRMGR__VMA_ANON_PRIVATE) {
+			uint64_t lo, hi;
+
+			/* Only what the filter holds: a change elsewhere in
+			 * the extent may be dropped by it, and a file or
+			 * shared mapping put there would be trusted. */
+			mrmgr__mon_filter_span(s, l, &lo, &hi);
+			known_add(m, vs > lo ? vs : lo, vl < hi ? vl : hi, kind);
+		}
 	}
 	if (kind != MRMGR__VMA_ANON_PRIVATE)
 		return kind_err(kind);

@@ -211,3 +211,66 @@ Test(window, whole_extent_replaced_after_register)
 	setup(&f, PUNCH, REPLACE_REST, 1);
 	change_and_check(&f, W.p + PAGE, PAGE);
 }
+
+/* ------------------------------------------------------------ filter */
+
+/*
+ * The known extent against the watch filter, in the default mode (no
+ * hook needed: one thread does it). A get in chunk 0 of an 8 MiB VMA
+ * learns the VMA's extent; the filter (2 MiB chunks) holds chunk 0 only.
+ * A page of chunk 3 is unmapped (the patched munmap reports it, and the
+ * filter drops it: nothing was ever cached there) and a private file
+ * mapping takes its place. A get there must classify it again (a file
+ * mapping is never cached: truncating the file replaces even its private
+ * pages), not trust the extent learnt before the change.
+ */
+Test(filter, known_extent_outlives_a_filtered_change)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = {
+		.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES | MRMGR_CACHE_ATTR_MONITOR,
+		.max_bytes = 1ull << 32, .monitor = MRMGR_MONITOR_AUTO,
+	};
+	const size_t chunk = 2 * MiB, len = 4 * chunk;
+	char path[] = "/tmp/mrmgr-window-XXXXXX";
+	mrmgr_region_t *r;
+	char *raw, *x, *pg;
+	int fd;
+
+	need_identity();
+	fx_open(&f, NULL, &a);
+	if (!(minfo(f.cache).sources & MRMGR_MONITOR_SRC_PATCH))
+		cr_skip_test("the default mode's patched libc is not in force");
+	/* 8 MiB on a chunk boundary, in a mapping too large for the hole
+	 * the monitor's self-test left (a 33 MiB malloc it watched and
+	 * freed): chunk 3 is nobody's but this test's. */
+	raw = mmap(NULL, 48 * MiB, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(raw, MAP_FAILED);
+	x = (char *)(((uintptr_t)raw + chunk - 1) & ~(uintptr_t)(chunk - 1));
+	memset(x, 's', len);
+	pg = x + 3 * chunk + 16 * PAGE;
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	unlink(path);
+	cr_assert_eq(ftruncate(fd, PAGE), 0);
+
+	cr_assert_eq(mrmgr_get(f.cache, x, PAGE, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(munmap(pg, PAGE), 0);
+	cr_assert_eq(mmap(pg, PAGE, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_FIXED_NOREPLACE, fd, 0), (void *)pg);
+	memset(pg, 'p', PAGE); /* a private copy of the file's page */
+	cr_assert_eq(get_write(&f, pg, PAGE, pg, 'x'), 0);
+	cr_assert(minfo(f.cache).unwatched_causes & MRMGR_MONITOR_UNWATCHED_FILE,
+		  "a private file mapping was trusted as anonymous memory");
+	/* Truncation replaces the private copy: no call of ours sees it. */
+	cr_assert_eq(ftruncate(fd, 0), 0);
+	cr_assert_eq(ftruncate(fd, PAGE), 0);
+	cr_assert_eq(get_write(&f, pg, PAGE, pg, 'y'), 0,
+		     "a stale registration was handed out");
+	cr_assert_eq(sstats(f.ctx).stale_accesses, 0);
+	fx_close(&f);
+	close(fd);
+	munmap(raw, 48 * MiB);
+}
