@@ -275,5 +275,9 @@ extern uint64_t mrmgr__watch_budget_override;
  */
 enum { MRMGR__WATCH_TEST_BEFORE_REGISTER, MRMGR__WATCH_TEST_AFTER_REGISTER };
 extern void (*mrmgr__watch_test_between)(int phase, uint64_t vs, uint64_t vl);
+/* Second looks that found an unregistered VMA inside an extent just
+ * registered (the window of issue 21), and probes that could not tell
+ * (EAGAIN for too long), for the torture's report. */
+extern uint64_t mrmgr__watch_unregistered_seen, mrmgr__watch_probe_failed;
 
 #endif /* MRMGR__MONITOR_H */

@@ -34,6 +34,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
@@ -245,7 +246,23 @@ int mrmgr__uffd_registered(uint64_t start, uint64_t last)
 	wp.range.start = start;
 	wp.range.len = last - start + 1;
 	wp.mode = 0;
-	return ioctl(U.fd, UFFDIO_WRITEPROTECT, &wp) ? errno : 0;
+	/*
+	 * EAGAIN: some thread's unmap, discard or move of registered memory
+	 * is being delivered (the kernel counts it from the change until
+	 * that thread runs again after the reader read the event). Under
+	 * load that is most of the time in a process that changes memory
+	 * all the time (measured: most probes of the uffd torture), so wait
+	 * for it a little: the reader takes no lock, and the thread only
+	 * needs a CPU. Bounded; then the caller does not cache.
+	 */
+	for (int i = 0; i < 256; i++) {
+		int err = ioctl(U.fd, UFFDIO_WRITEPROTECT, &wp) ? errno : 0;
+
+		if (err != EAGAIN)
+			return err;
+		sched_yield();
+	}
+	return EAGAIN;
 }
 
 void mrmgr__uffd_unregister(uint64_t start, uint64_t last)

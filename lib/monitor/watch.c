@@ -48,6 +48,7 @@ static struct mrmgr__itree reg_tree;   /* one node per distinct range */
 static uint64_t reg_entries, reg_runs, reg_budget;
 uint64_t mrmgr__watch_budget_override;
 void (*mrmgr__watch_test_between)(int phase, uint64_t vs, uint64_t vl);
+uint64_t mrmgr__watch_unregistered_seen, mrmgr__watch_probe_failed;
 
 static uint64_t budget(void)
 {
@@ -306,14 +307,23 @@ static int probe(const struct mrmgr__vma *v)
 static int look_one(const struct mrmgr__vma *v, void *arg)
 {
 	struct look *k = arg;
+	int err;
 
 	if (v->start != k->next) {
 		/* A hole, or (first VMA) a mapping that now starts earlier. */
 		k->err = v->start > k->next ? EFAULT : EAGAIN;
 		return 1;
 	}
-	if ((v->flags & MRMGR__VMA_F_SHARED) || !(v->flags & MRMGR__VMA_F_ANON) ||
-	    probe(v)) {
+	if ((v->flags & MRMGR__VMA_F_SHARED) || !(v->flags & MRMGR__VMA_F_ANON)) {
+		k->err = EAGAIN;
+		return 1;
+	}
+	err = probe(v);
+	if (err) {
+		/* ENOENT: a hole at the registration, mapped again since. */
+		__atomic_fetch_add(err == ENOENT ? &mrmgr__watch_unregistered_seen
+						 : &mrmgr__watch_probe_failed,
+				   1, __ATOMIC_RELAXED);
 		k->err = EAGAIN;
 		return 1;
 	}

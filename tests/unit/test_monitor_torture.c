@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "monitor_helpers.h"
+#include "monitor.h"
 
 #define SLOTS 16
 #define SLOT_LEN (16 * KiB)
@@ -311,11 +312,15 @@ static void torture_run(int threads)
 	/* One line the soak (scripts/ci-soak.sh) reads. */
 	cr_log_info("torture uffd: %d threads, %llu events, %llu writes, %llu "
 		    "stale; cache applied %llu events, invalidated %llu regions, "
-		    "%llu overflows; %llu uffd events", threads,
+		    "%llu overflows; %llu uffd events; second looks: %llu "
+		    "unregistered VMAs found in a just-registered extent, "
+		    "%llu probes undecided", threads,
 		    (unsigned long long)total, (unsigned long long)t.writes,
 		    (unsigned long long)stale,
 		    (unsigned long long)m.events, (unsigned long long)m.invalidations,
-		    (unsigned long long)m.overflows, (unsigned long long)m.uffd_events);
+		    (unsigned long long)m.overflows, (unsigned long long)m.uffd_events,
+		    (unsigned long long)mrmgr__watch_unregistered_seen,
+		    (unsigned long long)mrmgr__watch_probe_failed);
 	cr_assert_eq(stale, 0);
 	/* Bounds scale with the run: 1% of it per kind (each is about 8%),
 	 * half of it in writes (about 75%). */
