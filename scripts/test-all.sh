@@ -152,6 +152,7 @@ step "entry decoders against Capstone over the libc matrix"
 "$top/scripts/ci-decode.sh"
 step "libc matrix: trixie, sid x amd64, arm64"; "$top/scripts/ci-libc-matrix.sh"
 step "Debian 11 (glibc 2.31, rdma-core 33) in a debootstrap chroot"; "$top/scripts/ci-bullseye.sh"
+step "soak: the torture tests beside a CPU hog (${SOAK_SECONDS:-600}s)" && (cd "$top/build" && make -s check-soak)
 if [ "${MRMGR_SKIP_RXE:-0}" = 1 ]; then
 	step "real-verbs tier skipped (MRMGR_SKIP_RXE=1)"
 else

@@ -240,7 +240,10 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 
 	/* A new translation pins the new range: watch it first, as a miss
 	 * does, so a change to it from now on is reported. Unwatchable: no
-	 * in-place growth; the merge path registers it uncached. */
+	 * in-place growth; the merge path registers it uncached. A failed
+	 * rereg (EFAULT where part of the range went away) aborts this
+	 * watch, and the caller's fresh registration takes a watch_begin()
+	 * of its own: nothing classified here is trusted after a failure. */
 	if (trans && mrmgr__mon_watch_begin(c, start, start + len - 1, &tx))
 		return REREG_KEPT;
 	c->st.rereg_attempts++;

@@ -17,7 +17,17 @@
  *
  * The mapping's bounds come from /proc/self/maps (os/vma.c), and growth
  * with headroom happens O(log n) times per growing buffer, so the read is
- * rare. Turned off by MRMGR_CACHE_NO_HEADROOM or
+ * rare.
+ *
+ * The bounds are policy, never trusted for safety: the mapping may change
+ * (a neighbour unmapped, another mapping put there) between this read and
+ * the registration. The widened span is what the miss (or the rereg)
+ * hands to watch_begin(), which classifies it afresh and watches all of
+ * it (under userfaultfd the second look proves it registered; under a
+ * two-sided source the filter holds the span before the classification)
+ * before anything pins it, and what is pinned is exactly that span. So a
+ * change after this read is either seen by the classification (a hole,
+ * another kind: not cached) or reported (issue 21's review). Turned off by MRMGR_CACHE_NO_HEADROOM or
  * MRMGR_GROW_HEADROOM=0.
  *
  * SPDX-License-Identifier: MIT

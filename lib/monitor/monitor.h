@@ -89,6 +89,10 @@ extern uint64_t mrmgr__mon_change_count;
  * not drop events for it. Call before registering the range.
  */
 void mrmgr__mon_filter_add(uint64_t start, uint64_t last);
+/* What filter_add(start, last) made the filter hold, at least: [*lo, *hi]
+ * (whole chunks). A change outside it may never be reported. */
+void mrmgr__mon_filter_span(uint64_t start, uint64_t last, uint64_t *lo,
+			   uint64_t *hi);
 
 /* A subscriber's monitor state (one per cache); under the subscriber's
  * lock. */
@@ -151,6 +155,7 @@ int mrmgr__uffd_start(void);             /* 0 or why not */
 int mrmgr__uffd_state(int *err, uint32_t *flags, uint64_t *features);
 int mrmgr__uffd_register(uint64_t start, uint64_t last);   /* 0 or errno */
 int mrmgr__uffd_internal(uint64_t start, uint64_t last);   /* our own memory */
+int mrmgr__uffd_registered(uint64_t start, uint64_t last); /* 0, ENOENT */
 void mrmgr__uffd_unregister(uint64_t start, uint64_t last);
 void mrmgr__uffd_fork_child(void);
 
@@ -261,5 +266,18 @@ enum mrmgr__mon_test_flags {
 };
 extern unsigned int mrmgr__mon_test_flags;
 extern uint64_t mrmgr__watch_budget_override;
+/*
+ * Called (when set, with mrmgr__mon_lock held) by the userfaultfd watch
+ * with the extent [vs, vl] it is about to vouch for: phase 0 between the
+ * classification and UFFDIO_REGISTER, phase 1 between UFFDIO_REGISTER and
+ * the second look. Tests change memory there with raw system calls to
+ * hold the window open.
+ */
+enum { MRMGR__WATCH_TEST_BEFORE_REGISTER, MRMGR__WATCH_TEST_AFTER_REGISTER };
+extern void (*mrmgr__watch_test_between)(int phase, uint64_t vs, uint64_t vl);
+/* Second looks that found an unregistered VMA inside an extent just
+ * registered (the window of issue 21), and probes that could not tell
+ * (EAGAIN for too long), for the torture's report. */
+extern uint64_t mrmgr__watch_unregistered_seen, mrmgr__watch_probe_failed;
 
 #endif /* MRMGR__MONITOR_H */

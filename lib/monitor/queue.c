@@ -95,6 +95,15 @@ void mrmgr__mon_filter_add(uint64_t start, uint64_t last)
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
+void mrmgr__mon_filter_span(uint64_t start, uint64_t last, uint64_t *lo,
+			   uint64_t *hi)
+{
+	uint64_t mask = ((uint64_t)1 << FILTER_SHIFT) - 1;
+
+	*lo = start & ~mask;
+	*hi = last | mask;
+}
+
 static int filter_may_hold(uint64_t start, uint64_t last)
 {
 	uint64_t c0 = start >> FILTER_SHIFT, c1 = last >> FILTER_SHIFT;

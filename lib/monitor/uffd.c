@@ -34,6 +34,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
@@ -225,6 +226,44 @@ int mrmgr__uffd_register(uint64_t start, uint64_t last)
 	if (U.fd < 0)
 		return EBADF;
 	return ioctl(U.fd, UFFDIO_REGISTER, &reg) ? errno : 0;
+}
+
+/*
+ * Whether the mapping holding [start, last] (inside one VMA) is registered:
+ * 0, ENOENT when it is not (or is not mapped), or another errno (EAGAIN
+ * while the kernel delivers an event). Maps show no registration, so the
+ * kernel is asked with a write-protect clear: it refuses a VMA without
+ * userfaultfd write-protect tracking, and clearing protection nobody set
+ * changes nothing the program sees (a page may be mapped writable a fault
+ * early, as the fault would have). One page: the cost of one PTE.
+ */
+int mrmgr__uffd_registered(uint64_t start, uint64_t last)
+{
+	struct uffdio_writeprotect wp;
+
+	if (U.fd < 0)
+		return EBADF;
+	memset(&wp, 0, sizeof(wp));
+	wp.range.start = start;
+	wp.range.len = last - start + 1;
+	wp.mode = 0;
+	/*
+	 * EAGAIN: some thread's unmap, discard or move of registered memory
+	 * is being delivered (the kernel counts it from the change until
+	 * that thread runs again after the reader read the event). Under
+	 * load that is most of the time in a process that changes memory
+	 * all the time (measured: most probes of the uffd torture), so wait
+	 * for it a little: the reader takes no lock, and the thread only
+	 * needs a CPU. Bounded; then the caller does not cache.
+	 */
+	for (int i = 0; i < 256; i++) {
+		int err = ioctl(U.fd, UFFDIO_WRITEPROTECT, &wp) ? errno : 0;
+
+		if (err != EAGAIN)
+			return err;
+		sched_yield();
+	}
+	return EAGAIN;
 }
 
 void mrmgr__uffd_unregister(uint64_t start, uint64_t last)

@@ -47,6 +47,8 @@
 static struct mrmgr__itree reg_tree;   /* one node per distinct range */
 static uint64_t reg_entries, reg_runs, reg_budget;
 uint64_t mrmgr__watch_budget_override;
+void (*mrmgr__watch_test_between)(int phase, uint64_t vs, uint64_t vl);
+uint64_t mrmgr__watch_unregistered_seen, mrmgr__watch_probe_failed;
 
 static uint64_t budget(void)
 {
@@ -273,18 +275,117 @@ static int kind_err(int kind)
 	}
 }
 
+struct look {
+	uint64_t next, last;
+	int err;
+};
+
+/* Probe lengths for the page sizes a VMA may have (4 KiB first; hugetlb
+ * VMAs refuse a length that is not a multiple of theirs with EINVAL). */
+static const uint64_t probe_len[] = { 4096, 2ull << 20, 1ull << 30 };
+
 /*
- * Register the VMAs that hold [s, l], after checking they are anonymous
- * private memory, and check again after registering: a mapping replaced
- * in between is then either seen by the second look or raises an event.
- * An extent this cache already watches (known, still in the registry)
- * is joined without any system call.
+ * Whether v is registered, at its first and its last page: a registered
+ * VMA grows only upwards (mremap in place) and only over free space, so
+ * when both ends are registered at their probes, all of v is, or what
+ * changed in between raised an event.
+ */
+static int probe(const struct mrmgr__vma *v)
+{
+	int err = EINVAL;
+
+	for (unsigned int i = 0; err == EINVAL && i < MRMGR__ARRAY_SIZE(probe_len) &&
+	     probe_len[i] <= v->end - v->start; i++) {
+		err = mrmgr__uffd_registered(v->start, v->start + probe_len[i] - 1);
+		if (!err && v->end - v->start > probe_len[i])
+			err = mrmgr__uffd_registered(v->end - probe_len[i],
+						     v->end - 1);
+	}
+	return err;
+}
+
+static int look_one(const struct mrmgr__vma *v, void *arg)
+{
+	struct look *k = arg;
+	int err;
+
+	if (v->start != k->next) {
+		/* A hole, or (first VMA) a mapping that now starts earlier. */
+		k->err = v->start > k->next ? EFAULT : EAGAIN;
+		return 1;
+	}
+	if ((v->flags & MRMGR__VMA_F_SHARED) || !(v->flags & MRMGR__VMA_F_ANON)) {
+		k->err = EAGAIN;
+		return 1;
+	}
+	err = probe(v);
+	if (err) {
+		/* ENOENT: a hole at the registration, mapped again since. */
+		__atomic_fetch_add(err == ENOENT ? &mrmgr__watch_unregistered_seen
+						 : &mrmgr__watch_probe_failed,
+				   1, __ATOMIC_RELAXED);
+		k->err = EAGAIN;
+		return 1;
+	}
+	if (v->end - 1 >= k->last) {
+		k->err = v->end - 1 == k->last ? 0 : EAGAIN;
+		return 1;
+	}
+	k->next = v->end;
+	return 0;
+}
+
+/*
+ * After UFFDIO_REGISTER of [vs, vl]: whether that extent is, now, exactly
+ * the mappings it was (no hole, nothing wider) and every one of them is
+ * registered. 0, EFAULT for a hole, EAGAIN otherwise.
+ */
+static int second_look(uint64_t vs, uint64_t vl)
+{
+	struct look k = { vs, vl, EFAULT };
+	int ret = mrmgr__vma_walk(vs, vl, 0, look_one, &k);
+
+	if (ret < 0)
+		return EAGAIN;
+	return k.err;
+}
+
+/*
+ * Register the VMAs that hold [s, l] (their extent [vs, vl]), after
+ * checking they are anonymous private memory, and look again after
+ * registering. An extent this cache already watches (known, still in the
+ * registry) is joined without any system call.
+ *
+ * Why vouching for the whole extent is sound (the ordering argument).
+ * UFFDIO_REGISTER marks the VMAs present at that instant (R) and skips
+ * holes silently. After R, a change to a registered VMA raises an event
+ * (unmap, remap, remove), and a new VMA never merges into a registered
+ * one. So what can be wrong after R is a piece of [vs, vl] that was a
+ * hole at R (punched after the classification, where nothing was
+ * registered yet, so no event) and is mapped again: unregistered, silent
+ * for ever. The old second look checked only that the extent had not
+ * grown, so known_add() and the registry vouched for such a hole, and a
+ * later get there was joined through the known extent with no
+ * registration at all (issue 21; tests/unit/test_monitor_window.c holds
+ * each window open). second_look() walks [vs, vl] and wants no hole,
+ * exactly the extent, and every VMA registered at both ends, which it
+ * asks the kernel (maps do not show it): a piece still a hole fails the
+ * walk, a piece refilled fails its probe (ENOENT: a VMA of its own,
+ * unregistered, or a hole again by then).
+ *
+ * What the walk and probes saw registered changes after them only with
+ * an event. Each event overlapping the extent drops it from the known
+ * extents when this cache drains it, and none at or after tx->from can
+ * have been drained before known_add() below: the cache's lock is held
+ * from its last drain through here. An event over the request itself
+ * also keeps the region out of the cache (watch_commit()) or, drained
+ * later, invalidates it.
  */
 static int uffd_watch(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
 		      uint64_t s, uint64_t l)
 {
 	struct mrmgr__mon_known *k = known_find(m, s, l);
-	uint64_t vs, vl, vs2, vl2;
+	uint64_t vs, vl;
 	int err, kind;
 
 	if (k && k->kind == MRMGR__VMA_ANON_PRIVATE &&
@@ -302,12 +403,13 @@ static int uffd_watch(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
 	err = watch_join(&tx->w, vs, vl);
 	if (err)
 		return err;
+	if (mrmgr__watch_test_between)
+		mrmgr__watch_test_between(MRMGR__WATCH_TEST_BEFORE_REGISTER, vs, vl);
 	err = mrmgr__uffd_register(vs, vl);
-	if (!err) {
-		kind = mrmgr__vma_classify(s, l, &vs2, &vl2);
-		if (kind != MRMGR__VMA_ANON_PRIVATE || vs2 < vs || vl2 > vl)
-			err = kind == MRMGR__VMA_UNMAPPED ? EFAULT : EAGAIN;
-	}
+	if (!err && mrmgr__watch_test_between)
+		mrmgr__watch_test_between(MRMGR__WATCH_TEST_AFTER_REGISTER, vs, vl);
+	if (!err)
+		err = second_look(vs, vl);
 	if (err) {
 		watch_leave(&tx->w);
 		return err;
@@ -319,7 +421,15 @@ static int uffd_watch(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
 
 /*
  * Under a source that wraps the process's own calls (the patched libc,
- * the hooks): it vouches for anonymous private memory. Never shared
+ * the hooks): it vouches for anonymous private memory.
+ *
+ * The known extent is the part of the VMAs' extent inside the filter's
+ * chunks of the request (set before the classification, so a change
+ * there from then on is pushed, and drained after known_add(): the
+ * cache's lock is held from its last drain). The whole extent would
+ * outlive a change the filter drops, in a chunk nothing was cached in:
+ * a file or shared mapping put there later was trusted as anonymous
+ * memory (test_monitor_window.c, suite filter). Never shared
  * memory (another process changes it), never a private file mapping:
  * truncating the file, from any process, zaps even the private copies
  * (truncate_pagecache() unmaps COWed pages too), and no call of ours
@@ -336,8 +446,15 @@ static int trusted_watch(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
 		kind = (int)k->kind;
 	} else {
 		kind = mrmgr__vma_classify(s, l, &vs, &vl);
-		if (kind == MRMGR__VMA_ANON_PRIVATE)
-			known_add(m, vs, vl, kind);
+		if (kind == MRMGR__VMA_ANON_PRIVATE) {
+			uint64_t lo, hi;
+
+			/* Only what the filter holds: a change elsewhere in
+			 * the extent may be dropped by it, and a file or
+			 * shared mapping put there would be trusted. */
+			mrmgr__mon_filter_span(s, l, &lo, &hi);
+			known_add(m, vs > lo ? vs : lo, vl < hi ? vl : hi, kind);
+		}
 	}
 	if (kind != MRMGR__VMA_ANON_PRIVATE)
 		return kind_err(kind);
