@@ -28,7 +28,9 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/io_uring.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
@@ -377,6 +379,61 @@ static void ch_process_madvise(struct area *a)
 	cr_assert_eq(r, (long)a->len, "process_madvise: %s", strerror(errno));
 }
 
+/*
+ * MADV_DONTNEED submitted through io_uring (IORING_OP_MADVISE): the
+ * kernel's worker discards the pages, no libc call of this process runs.
+ * The ring set up by hand (no liburing): one submission, one completion.
+ */
+static void ch_io_uring_dontneed(struct area *a)
+{
+	struct io_uring_params pr;
+	int fd, ret;
+	size_t sq_sz, cq_sz, sz;
+	char *ring;
+	struct io_uring_sqe *sqes;
+	unsigned int *tail, *mask, *array, *ctail, *chead;
+	struct io_uring_cqe *cqes;
+
+	memset(&pr, 0, sizeof(pr));
+	fd = (int)syscall(__NR_io_uring_setup, 1, &pr);
+	if (fd < 0)
+		cr_skip_test("io_uring_setup: %s", strerror(errno));
+	sq_sz = pr.sq_off.array + pr.sq_entries * sizeof(unsigned int);
+	cq_sz = pr.cq_off.cqes + pr.cq_entries * sizeof(struct io_uring_cqe);
+	sz = sq_sz > cq_sz ? sq_sz : cq_sz;
+	cr_assert(pr.features & IORING_FEAT_SINGLE_MMAP);
+	ring = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+		    fd, IORING_OFF_SQ_RING);
+	cr_assert_neq(ring, MAP_FAILED);
+	sqes = mmap(NULL, pr.sq_entries * sizeof(*sqes), PROT_READ | PROT_WRITE,
+		    MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQES);
+	cr_assert_neq(sqes, MAP_FAILED);
+	tail = (unsigned int *)(ring + pr.sq_off.tail);
+	mask = (unsigned int *)(ring + pr.sq_off.ring_mask);
+	array = (unsigned int *)(ring + pr.sq_off.array);
+	memset(&sqes[0], 0, sizeof(sqes[0]));
+	sqes[0].opcode = IORING_OP_MADVISE;
+	sqes[0].addr = (uint64_t)(uintptr_t)a->p;
+	sqes[0].len = (uint32_t)a->len;
+	sqes[0].fadvise_advice = MADV_DONTNEED;
+	array[*tail & *mask] = 0;
+	__atomic_store_n(tail, *tail + 1, __ATOMIC_RELEASE);
+	ret = (int)syscall(__NR_io_uring_enter, fd, 1, 1, IORING_ENTER_GETEVENTS,
+			   NULL, 0);
+	cr_assert_eq(ret, 1, "io_uring_enter: %s", strerror(errno));
+	chead = (unsigned int *)(ring + pr.cq_off.head);
+	ctail = (unsigned int *)(ring + pr.cq_off.tail);
+	cqes = (struct io_uring_cqe *)(ring + pr.cq_off.cqes);
+	cr_assert_neq(__atomic_load_n(ctail, __ATOMIC_ACQUIRE), *chead);
+	ret = cqes[*chead & *(unsigned int *)(ring + pr.cq_off.ring_mask)].res;
+	munmap(sqes, pr.sq_entries * sizeof(*sqes));
+	munmap(ring, sz);
+	close(fd);
+	if (ret == -EINVAL || ret == -EOPNOTSUPP)
+		cr_skip_test("IORING_OP_MADVISE: %s", strerror(-ret));
+	cr_assert_eq(ret, 0, "IORING_OP_MADVISE: %s", strerror(-ret));
+}
+
 /* ------------------------------------------------------------ rows */
 
 struct row {
@@ -400,7 +457,8 @@ enum rowid {
 	R_RAW_MMAP_FIXED, R_DONTNEED, R_RAW_DONTNEED, R_FREE, R_RAW_FREE,
 	R_REMOVE, R_GUARD, R_RAW_GUARD, R_SBRK, R_RAW_BRK, R_FREE_CHUNK,
 	R_SHMAT_REMAP, R_RAW_SHMAT_REMAP, R_SHMDT, R_TRUNCATE, R_FORK,
-	R_MPROTECT, R_PROCESS_MADVISE, R_COUNT
+	R_MPROTECT, R_PROCESS_MADVISE, R_IO_URING_DONTNEED, R_ARENA_TRIM,
+	R_COUNT
 };
 
 /*                                  auto uffd hooks ext  san */
@@ -431,6 +489,9 @@ static const struct row rows[R_COUNT] = {
 	[R_FORK] = { "fork (parent's caches purged)", ANON, ch_fork, GONE, { F, F, F, F, F } },
 	[R_MPROTECT] = { "mprotect", ANON, ch_mprotect, GONE, { K, K, K, K, K } },
 	[R_PROCESS_MADVISE] = { "process_madvise(PAGEOUT)", ANON, ch_process_madvise, GONE, { K, K, K, K, K } },
+	[R_IO_URING_DONTNEED] = { "io_uring MADV_DONTNEED", ANON, ch_io_uring_dontneed, GONE, { X, F, X, F, F } },
+	/* cell_arena(), not cell(): in a thread of its own */
+	[R_ARENA_TRIM] = { "a thread arena's heap trimmed", NULL, NULL, NULL, { F, F, X, F, F } },
 };
 
 /* ------------------------------------------------------------ a cell */
@@ -558,6 +619,118 @@ static void cell(enum rowid id, enum col c)
 	w->teardown(&a);
 }
 
+/*
+ * A thread arena's heap trimmed: glibc's free() in a thread of its own
+ * shrinks the arena's heap with an internal madvise(MADV_DONTNEED) (or an
+ * mmap over it) when the freed chunk joins the top, and malloc() hands
+ * the address back over new zero pages. The cache is used from this
+ * (the main) thread, so its own allocations stay out of that arena.
+ */
+#define ARENA_N (96 * KiB)
+
+struct arena_steps {
+	pthread_barrier_t b;
+	char *p, *q;
+};
+
+static void *arena_worker(void *arg)
+{
+	struct arena_steps *x = arg;
+
+	x->p = malloc(ARENA_N);
+	if (x->p)
+		memset(x->p, 'a', ARENA_N);
+	pthread_barrier_wait(&x->b); /* main caches p */
+	pthread_barrier_wait(&x->b);
+	free(x->p);                  /* the arena's top: trimmed */
+	x->q = malloc(ARENA_N);
+	if (x->q)
+		memset(x->q, 'n', ARENA_N);
+	pthread_barrier_wait(&x->b); /* main gets q */
+	pthread_barrier_wait(&x->b);
+	free(x->q);
+	return NULL;
+}
+
+static void cell_arena(enum col c)
+{
+	struct mrmgr_cache_attr ca = {
+		.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES | MRMGR_CACHE_ATTR_MONITOR,
+		.max_bytes = 1ull << 32,
+		.monitor = c == C_UFFD ? MRMGR_MONITOR_UFFD
+			 : c == C_HOOKS ? MRMGR_MONITOR_HOOKS
+			 : c == C_EXTERNAL ? MRMGR_MONITOR_EXTERNAL
+					   : MRMGR_MONITOR_AUTO,
+	};
+	enum expect e = rows[R_ARENA_TRIM].e[c];
+	static struct arena_steps x;
+	struct fixture f;
+	pthread_t th;
+	mrmgr_region_t *r;
+	uint64_t hits;
+	char *last;
+	uint32_t src;
+
+	need_identity();
+	if (real_sanitizer())
+		cr_skip_test("a sanitizer's allocator has no glibc arenas");
+#ifdef MRMGR_TEST_INTERNAL
+	if (c == C_SAN)
+		mrmgr__patch_test_flags |= MRMGR__PATCH_TEST_SANITIZER;
+#endif
+	cr_assert(mallopt(M_MMAP_THRESHOLD, (int)MiB));
+	cr_assert(mallopt(M_TRIM_THRESHOLD, 64 * (int)KiB));
+	/* heap_trim keeps M_TOP_PAD (128 KiB by default) above the top. */
+	cr_assert(mallopt(M_TOP_PAD, 0));
+	fx_open(&f, NULL, &ca);
+	src = minfo(f.cache).sources;
+	if ((c == C_AUTO && !(src & MRMGR_MONITOR_SRC_PATCH)) ||
+	    ((c == C_UFFD || c == C_SAN) && src != MRMGR_MONITOR_SRC_UFFD) ||
+	    (c == C_HOOKS && !(src & MRMGR_MONITOR_SRC_HOOKS))) {
+		fx_close(&f);
+		cr_skip_test("this column's source does not run here (sources %#x)",
+			     src);
+	}
+	memset(&x, 0, sizeof(x));
+	pthread_barrier_init(&x.b, NULL, 2);
+	cr_assert_eq(pthread_create(&th, NULL, arena_worker, &x), 0);
+	pthread_barrier_wait(&x.b);
+	cr_assert_not_null(x.p);
+	cr_assert_eq(mrmgr_get(f.cache, x.p, ARENA_N, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(sstats(f.ctx).live_mrs, 1, "not cached before the change");
+	pthread_barrier_wait(&x.b);
+	pthread_barrier_wait(&x.b);
+	if (c == C_EXTERNAL)
+		cr_assert_eq(mrmgr_notify_unmap(x.p, ARENA_N), 0);
+	hits = cstats(f.cache).hits;
+	last = x.q + ARENA_N - 1;
+	if (x.q == x.p) {
+		cr_assert_eq(mrmgr_get(f.cache, x.q, ARENA_N, RW, &r), 0);
+		if (e == FOLLOW) {
+			cr_expect_eq(cstats(f.cache).hits, hits,
+				     "a thread arena's trim: the old registration "
+				     "was handed out again");
+			cr_expect_eq(write_page(&f, r, last, 'w'), 0,
+				     "stale write after the arena's trim");
+		} else {
+			cr_expect_eq(cstats(f.cache).hits, hits + 1,
+				     "a thread arena's trim is documented as not "
+				     "followed in this mode, and it was: update "
+				     "doc/monitor.md and this table");
+			cr_expect_eq(write_page(&f, r, last, 'w'), ESTALE,
+				     "the trim did not discard the pages");
+		}
+		mrmgr_put(r);
+	}
+	pthread_barrier_wait(&x.b);
+	pthread_join(th, NULL);
+	pthread_barrier_destroy(&x.b);
+	fx_close(&f);
+	if (x.q != x.p)
+		cr_skip_test("glibc did not hand the trimmed address back");
+}
+
 #define ROW(id, name) \
 	COLS(id, name)
 
@@ -598,3 +771,13 @@ ROW(R_TRUNCATE, private_file_truncate)
 ROW(R_FORK, fork)
 ROW(R_MPROTECT, mprotect)
 ROW(R_PROCESS_MADVISE, process_madvise)
+ROW(R_IO_URING_DONTNEED, io_uring_madv_dontneed)
+
+#ifdef MRMGR_TEST_HOOKS_BUILD
+Test(hooks, thread_arena_trim) { cell_arena(C_HOOKS); }
+#elif defined(MRMGR_TEST_INTERNAL)
+Test(auto, thread_arena_trim) { cell_arena(C_AUTO); }
+Test(uffd, thread_arena_trim) { cell_arena(C_UFFD); }
+Test(external, thread_arena_trim) { cell_arena(C_EXTERNAL); }
+Test(sanitizer, thread_arena_trim) { cell_arena(C_SAN); }
+#endif
