@@ -96,6 +96,8 @@ struct area {
 	int shm_id, fd;
 	char *brk_base;  /* sbrk rows: the break before */
 	void *chunk;     /* malloc rows */
+	void *guard;     /* malloc_trim: keeps the chunk off the top */
+	char *blocker;   /* realloc: keeps the chunk from growing in place */
 };
 
 static void setup_anon(struct area *a)
@@ -148,6 +150,61 @@ static void setup_chunk(struct area *a)
 	a->chunk = malloc(256 * KiB);
 	cr_assert_not_null(a->chunk);
 	a->p = (char *)(((uintptr_t)a->chunk + PAGE - 1) & ~(PAGE - 1));
+	a->len = LEN;
+}
+
+/* An mmap'd chunk with a page mapped right after its mapping, so that
+ * growing it must move it. */
+static void setup_chunk_blocked(struct area *a)
+{
+	const size_t *h;
+	char *base, *end;
+
+	setup_chunk(a);
+	h = a->chunk;
+	base = (char *)a->chunk - 2 * sizeof(size_t) - h[-2];
+	end = base + h[-2] + (h[-1] & ~(size_t)7);
+	a->blocker = mmap(end, PAGE, PROT_NONE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (a->blocker == MAP_FAILED)
+		a->blocker = NULL; /* something is there already */
+}
+
+static void teardown_chunk(struct area *a)
+{
+	munmap(a->p, a->len);
+	free(a->chunk);
+	if (a->blocker)
+		munmap(a->blocker, PAGE);
+}
+
+/* A free chunk in the main arena's heap, kept off the top (no trim at
+ * free()); malloc_trim() discards its inside pages. */
+static void setup_heap_chunk(struct area *a)
+{
+	mallopt(M_TRIM_THRESHOLD, 512 * (int)MiB);
+	mallopt(M_MMAP_THRESHOLD, 32 * (int)MiB);
+	a->chunk = malloc(LEN + 4 * PAGE);
+	a->guard = malloc(64);
+	cr_assert_not_null(a->chunk);
+	cr_assert_not_null(a->guard);
+	a->p = (char *)(((uintptr_t)a->chunk + 64 + PAGE - 1) & ~(PAGE - 1));
+	a->len = LEN;
+}
+
+static void teardown_heap_chunk(struct area *a)
+{
+	free(a->chunk);
+	free(a->guard);
+}
+
+static void setup_memfd_shared(struct area *a)
+{
+	a->fd = memfd_create("mrmgr-modes", MFD_CLOEXEC);
+	cr_assert_geq(a->fd, 0);
+	cr_assert_eq(ftruncate(a->fd, (off_t)LEN), 0);
+	a->p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+	cr_assert_neq(a->p, MAP_FAILED);
 	a->len = LEN;
 }
 
@@ -308,6 +365,37 @@ static void ch_free_chunk(struct area *a)
 /* The segment stays attached over the area until the teardown: the get
  * after the change must not hit the old registration (a miss then finds
  * shared memory, registered and not cached). */
+static void ch_realloc_chunk(struct area *a)
+{
+	void *q = realloc(a->chunk, 8 * MiB);
+
+	cr_assert_not_null(q);
+	cr_assert_neq(q, a->chunk, "grew in place: the blocker did not hold");
+	a->chunk = q;
+	map_back(a->p, a->len);
+}
+
+static void ch_malloc_trim(struct area *a)
+{
+	void *was = a->chunk;
+
+	free(a->chunk);
+	(void)malloc_trim(0);
+	a->chunk = malloc(LEN + 4 * PAGE);
+	cr_assert_not_null(a->chunk);
+	if (a->chunk != was)
+		cr_skip_test("glibc did not hand the trimmed chunk back");
+}
+
+/* The file's pages dropped (and the size back): the shared mapping now
+ * shows new pages. */
+static void ch_memfd_truncate(struct area *a)
+{
+	cr_assert_eq(ftruncate(a->fd, 0), 0);
+	cr_assert_eq(ftruncate(a->fd, (off_t)a->len), 0);
+	cr_assert_eq(a->p[0], 0);
+}
+
 static void shm_over(struct area *a, int raw)
 {
 	int id = shmget(IPC_PRIVATE, a->len, IPC_CREAT | 0600);
@@ -458,7 +546,7 @@ enum rowid {
 	R_REMOVE, R_GUARD, R_RAW_GUARD, R_SBRK, R_RAW_BRK, R_FREE_CHUNK,
 	R_SHMAT_REMAP, R_RAW_SHMAT_REMAP, R_SHMDT, R_TRUNCATE, R_FORK,
 	R_MPROTECT, R_PROCESS_MADVISE, R_IO_URING_DONTNEED, R_ARENA_TRIM,
-	R_COUNT
+	R_REALLOC_CHUNK, R_MALLOC_TRIM, R_MEMFD_SHARED, R_COUNT
 };
 
 /*                                  auto uffd hooks ext  san */
@@ -490,6 +578,9 @@ static const struct row rows[R_COUNT] = {
 	[R_MPROTECT] = { "mprotect", ANON, ch_mprotect, GONE, { K, K, K, K, K } },
 	[R_PROCESS_MADVISE] = { "process_madvise(PAGEOUT)", ANON, ch_process_madvise, GONE, { K, K, K, K, K } },
 	[R_IO_URING_DONTNEED] = { "io_uring MADV_DONTNEED", ANON, ch_io_uring_dontneed, GONE, { X, F, X, F, F } },
+	[R_REALLOC_CHUNK] = { "realloc() moving an mmap'd chunk", setup_chunk_blocked, ch_realloc_chunk, teardown_chunk, { F, F, F, F, F } },
+	[R_MALLOC_TRIM] = { "malloc_trim() of a free heap chunk", setup_heap_chunk, ch_malloc_trim, teardown_heap_chunk, { F, F, F, F, F } },
+	[R_MEMFD_SHARED] = { "shared memfd mapping, truncated", setup_memfd_shared, ch_memfd_truncate, teardown_file, { U, U, U, F, U } },
 	/* cell_arena(), not cell(): in a thread of its own */
 	[R_ARENA_TRIM] = { "a thread arena's heap trimmed", NULL, NULL, NULL, { F, F, X, F, F } },
 };
@@ -548,7 +639,8 @@ static void cell(enum rowid id, enum col c)
 	default:
 		break;
 	}
-	if (id == R_FREE_CHUNK && real_sanitizer())
+	if ((id == R_FREE_CHUNK || id == R_REALLOC_CHUNK || id == R_MALLOC_TRIM) &&
+	    real_sanitizer())
 		cr_skip_test("a sanitizer's free() quarantines the chunk and "
 			     "unmaps it later with raw system calls (the raw "
 			     "munmap row)");
@@ -772,6 +864,9 @@ ROW(R_FORK, fork)
 ROW(R_MPROTECT, mprotect)
 ROW(R_PROCESS_MADVISE, process_madvise)
 ROW(R_IO_URING_DONTNEED, io_uring_madv_dontneed)
+ROW(R_REALLOC_CHUNK, realloc_mmapped_chunk)
+ROW(R_MALLOC_TRIM, malloc_trim)
+ROW(R_MEMFD_SHARED, shared_memfd_truncate)
 
 #ifdef MRMGR_TEST_HOOKS_BUILD
 Test(hooks, thread_arena_trim) { cell_arena(C_HOOKS); }
