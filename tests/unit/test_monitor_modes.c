@@ -876,3 +876,65 @@ Test(uffd, thread_arena_trim) { cell_arena(C_UFFD); }
 Test(external, thread_arena_trim) { cell_arena(C_EXTERNAL); }
 Test(sanitizer, thread_arena_trim) { cell_arena(C_SAN); }
 #endif
+
+/* ------------------------------------------------------------ the log */
+
+#ifdef MRMGR_TEST_INTERNAL
+static int said_uffd, said_none;
+
+static void count_lines(enum mrmgr_log_level l, const char *msg, void *arg)
+{
+	(void)arg;
+	if (l != MRMGR_LOG_WARN)
+		return;
+	said_uffd += !!strstr(msg, "a sanitizer is in the process, so libc is not patched");
+	said_none += strstr(msg, "no memory-event source") &&
+		     strstr(msg, "libc patching: a sanitizer is in the process");
+}
+
+/* auto under a sanitizer says once that userfaultfd replaced the patched
+ * libc, however many caches start. */
+Test(sanitizer, said_once_in_the_log)
+{
+	struct fixture f, g;
+
+	mrmgr__patch_test_flags |= MRMGR__PATCH_TEST_SANITIZER;
+	mrmgr_set_log_handler(count_lines, NULL, MRMGR_LOG_WARN);
+	fx_open(&f, NULL, NULL);
+	fx_open(&g, NULL, NULL);
+	if (minfo(f.cache).uffd_error)
+		cr_skip_test("userfaultfd unavailable here: %s",
+			     strerror(minfo(f.cache).uffd_error));
+	cr_assert_eq(minfo(f.cache).sources, MRMGR_MONITOR_SRC_UFFD);
+	cr_assert_eq(minfo(g.cache).sources, MRMGR_MONITOR_SRC_UFFD);
+	cr_assert_eq(said_uffd, 1, "said %d times", said_uffd);
+	fx_close(&g);
+	fx_close(&f);
+	mrmgr_set_log_handler(NULL, NULL, MRMGR_LOG_WARN);
+}
+
+/* Where userfaultfd is refused too (a seccomp profile), auto under a
+ * sanitizer falls back as before: nothing cached, and the warning names
+ * the sanitizer as the reason libc is not patched. */
+Test(sanitizer, userfaultfd_refused_caches_nothing_and_says_why)
+{
+	struct fixture f;
+	char *p = map_rw(LEN, 1);
+	mrmgr_region_t *r;
+
+	mrmgr__patch_test_flags |= MRMGR__PATCH_TEST_SANITIZER;
+	refuse_userfaultfd();
+	mrmgr_set_log_handler(count_lines, NULL, MRMGR_LOG_WARN);
+	fx_open(&f, NULL, NULL);
+	cr_assert_eq(minfo(f.cache).sources, 0);
+	cr_assert_neq(minfo(f.cache).uffd_error, 0);
+	cr_assert_eq(mrmgr_get(f.cache, p, LEN, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(sstats(f.ctx).live_mrs, 0, "cached with no source");
+	cr_assert_eq(said_uffd, 0);
+	cr_assert_eq(said_none, 1, "the no-source warning, naming the sanitizer");
+	fx_close(&f);
+	mrmgr_set_log_handler(NULL, NULL, MRMGR_LOG_WARN);
+	munmap(p, LEN);
+}
+#endif
