@@ -13,7 +13,8 @@
  * no run-time code patching, so nothing races with running threads.
  *
  *   munmap, mmap/mmap64 with MAP_FIXED, mremap, madvise(DONTNEED, FREE,
- *   REMOVE, DONTNEED_LOCKED, GUARD_INSTALL), brk, sbrk, shmdt;
+ *   REMOVE, DONTNEED_LOCKED, GUARD_INSTALL), brk, sbrk, shmat with
+ *   SHM_REMAP, shmdt;
  *   free, realloc, reallocarray of glibc chunks glibc mmap'd (glibc
  *   unmaps those with internal calls no interposer can see);
  *   malloc_trim (reported as "everything changed").
@@ -61,6 +62,9 @@
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24
 #endif
+#ifndef SHM_REMAP
+#define SHM_REMAP 040000
+#endif
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102 /* Linux 6.13: zaps the pages it guards */
 #endif
@@ -74,6 +78,7 @@ static int (*real_madvise)(void *, size_t, int);
 static int (*real_brk)(void *);
 static void *(*real_sbrk)(intptr_t);
 static int (*real_shmdt)(const void *);
+static void *(*real_shmat)(int, const void *, int);
 static void (*real_free)(void *);
 static void *(*real_realloc)(void *, size_t);
 static void *(*real_reallocarray)(void *, size_t, size_t);
@@ -94,6 +99,7 @@ static void resolve(void)
 	real_brk = (int (*)(void *))dlsym(RTLD_NEXT, "brk");
 	real_sbrk = (void *(*)(intptr_t))dlsym(RTLD_NEXT, "sbrk");
 	real_shmdt = (int (*)(const void *))dlsym(RTLD_NEXT, "shmdt");
+	real_shmat = (void *(*)(int, const void *, int))dlsym(RTLD_NEXT, "shmat");
 	real_realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
 	real_reallocarray = (void *(*)(void *, size_t, size_t))dlsym(RTLD_NEXT, "reallocarray");
 	real_malloc_trim = (int (*)(size_t))dlsym(RTLD_NEXT, "malloc_trim");
@@ -105,7 +111,7 @@ static void resolve(void)
 		if (real_free == __libc_free)
 			i |= MRMGR__HOOKS_GLIBC_MALLOC;
 		if (!real_mmap || !real_munmap || !real_mremap || !real_madvise ||
-		    !real_brk || !real_sbrk || !real_shmdt || !real_free ||
+		    !real_brk || !real_sbrk || !real_shmdt || !real_shmat || !real_free ||
 		    !real_realloc || !real_malloc_trim)
 			i &= ~(unsigned int)MRMGR__HOOKS_READY;
 		__atomic_store_n(&info, i | (info & MRMGR__HOOKS_NO_TRIM),
@@ -371,6 +377,45 @@ static size_t shm_extent(const void *a)
 
 	(void)mrmgr__vma_walk(r.a, UINT64_MAX, MRMGR__VMA_TEXT, shm_one, &r);
 	return r.found ? (size_t)(r.end - r.a) : 0;
+}
+
+/*
+ * What shmat(id, a, flg) with SHM_REMAP replaces: the segment's size from
+ * a, rounded down to SHMLBA with SHM_RND (4 KiB to 64 KiB across
+ * architectures: the range covers every rounding). Everything from there
+ * on when the size cannot be read: a spurious invalidation, never a miss.
+ */
+static size_t shmat_extent(int id, const void *a, int flg, const void **at)
+{
+	struct shmid_ds ds;
+	uintptr_t p = (uintptr_t)a & ~(uintptr_t)4095;
+	uintptr_t lo = flg & SHM_RND ? (uintptr_t)a & ~(uintptr_t)0xffff : p;
+
+	*at = (const void *)lo;
+	if (shmctl(id, IPC_STAT, &ds) == 0 && ds.shm_segsz &&
+	    p + ds.shm_segsz > p)
+		return (size_t)(p - lo) + ds.shm_segsz;
+	return (size_t)(UINTPTR_MAX - lo) + 1 - 4096;
+}
+
+/* SHM_REMAP puts the segment over whatever was mapped there. */
+EXPORT void *shmat(int id, const void *a, int flg)
+{
+	const void *at = NULL;
+	size_t len = 0;
+	void *r;
+
+	resolve();
+	if ((flg & SHM_REMAP) && a)
+		len = shmat_extent(id, a, flg, &at);
+	if (len)
+		before(at, len);
+	r = real_shmat ? real_shmat(id, a, flg)
+		       : (void *)syscall(SYS_shmat, id, a, flg);
+	/* A failed remap may have unmapped the old pages already. */
+	if (len)
+		after(at, len, 1);
+	return r;
 }
 
 EXPORT int shmdt(const void *a)

@@ -61,8 +61,13 @@
  * obtain the memory after the change, may return either registration);
  * changes the source in force cannot see (raw syscall() bypasses the
  * patched libc and the hooks; userfaultfd reports an unmap only after the
- * kernel freed the address); ::MRMGR_MONITOR_NONE; and, with
- * ::MRMGR_MONITOR_EXTERNAL, changes the program does not report.
+ * kernel freed the address, and the kernel sends it no event at all for
+ * shmat(SHM_REMAP) or madvise(MADV_GUARD_INSTALL) over watched memory, so
+ * ::MRMGR_MONITOR_UFFD, and ::MRMGR_MONITOR_AUTO under a sanitizer, do
+ * not follow those two); ::MRMGR_MONITOR_NONE; and, with
+ * ::MRMGR_MONITOR_EXTERNAL, changes the program does not report. Which
+ * change each mode follows: the table in doc/monitor.md ("What each mode
+ * follows"), each cell a test of tests/unit/test_monitor_modes.c.
  *
  * @par fork()
  * A child never uses its parent's cached regions: at fork() every cache
@@ -180,7 +185,10 @@ enum mrmgr_monitor_mode {
 	 * (the source of ::MRMGR_MONITOR_PATCH, after its self-test),
 	 * which see both sides of every change; where patching cannot run
 	 * (valgrind, sanitizers, an unknown prologue), libmrmgr_hooks.so
-	 * when it is loaded; else nothing is cached (with a warning).
+	 * when it is loaded; else, under a sanitizer (ASan, TSan, MSan,
+	 * HWASan, LSan, DFSan: its allocator unmaps with raw system calls),
+	 * userfaultfd with the limits of ::MRMGR_MONITOR_UFFD (said once in
+	 * the log); else nothing is cached (with a warning).
 	 * Growth headroom is on. Regions that no active source can watch are
 	 * not cached: registered on get, deregistered at the last put.
 	 */
@@ -191,7 +199,9 @@ enum mrmgr_monitor_mode {
 	 * its registration stops a watched VMA from merging with memory
 	 * mapped next to it, so the program's own mremap() of an extended
 	 * buffer can fail (EFAULT). Growth headroom is off under it. What it
-	 * cannot watch is not cached.
+	 * cannot watch is not cached. Not followed: shmat(SHM_REMAP) and
+	 * madvise(MADV_GUARD_INSTALL) over cached memory (the kernel sends
+	 * userfaultfd no event for either).
 	 */
 	MRMGR_MONITOR_UFFD = 1,
 	/** libmrmgr_hooks.so only; what it cannot watch is not cached. */

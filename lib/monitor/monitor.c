@@ -90,11 +90,27 @@ int mrmgr__retry_due(struct mrmgr__retry *r)
 
 uint64_t mrmgr__mon_retries;
 
-static int warned_no_source;
+static int warned_no_source, warned_sanitizer_uffd;
 
 static int patch_active(void)
 {
 	return mrmgr__patch_start && mrmgr__patch_start() == 0;
+}
+
+/*
+ * auto falls back to userfaultfd where the patched libc cannot see what
+ * the program's memory does: a build without it, and a sanitizer, whose
+ * allocator maps and unmaps with raw system calls (the kernel reports
+ * those to userfaultfd, whoever makes them). Nothing cached under a
+ * sanitizer would make the program behave unlike the one it debugs;
+ * userfaultfd's limits (one-sided, what it does not follow: the table in
+ * doc/monitor.md) are the price, said once at start. Not valgrind: its
+ * serialised threads would deadlock with the reader (uffd.c).
+ */
+int mrmgr__mon_auto_uffd(void)
+{
+	return !mrmgr__patch_start ||
+	       (mrmgr__patch_sanitizer && mrmgr__patch_sanitizer());
 }
 
 /* Modes that take the patched libc: auto prefers it, patch is it alone. */
@@ -235,6 +251,21 @@ void mrmgr__mon_subscribe(struct mrmgr__mon_cache *m, uint64_t *seen,
 	mrmgr__mon_queue_attach(m, seen);
 }
 
+/* Why the patched libc does not run, for the warning below. */
+static const char *patch_why(uint32_t mode)
+{
+	int err = 0;
+
+	if (!mode_uses_patch(mode))
+		return "not used";
+	if (!mrmgr__patch_start)
+		return "not built in";
+	if (mrmgr__patch_sanitizer && mrmgr__patch_sanitizer())
+		return "a sanitizer is in the process";
+	(void)mrmgr__patch_state(&err);
+	return err ? strerror(err) : "not used";
+}
+
 void mrmgr__mon_start(uint32_t mode, int sources)
 {
 	int uerr = 0, herr = 0, any = 0;
@@ -260,24 +291,39 @@ void mrmgr__mon_start(uint32_t mode, int sources)
 	 * hooks library when preloaded. userfaultfd is opt-in (uffd): its
 	 * registration stops VMA merging, which changes what the program's
 	 * own mremap() does (doc/monitor.md). Only a build without the
-	 * patched source falls back to it in auto.
+	 * patched source, and a sanitizer, fall back to it in auto.
 	 */
 	if (mode_uses_patch(mode))
 		any |= patch_active();
 	if (mode != MRMGR_MONITOR_UFFD && mode != MRMGR_MONITOR_PATCH && !any)
 		any |= !(herr = hooks_start());
 	if ((mode == MRMGR_MONITOR_UFFD ||
-	     (mode == MRMGR_MONITOR_AUTO && !mrmgr__patch_start)) && !any)
+	     (mode == MRMGR_MONITOR_AUTO && mrmgr__mon_auto_uffd())) && !any) {
 		any |= !(uerr = mrmgr__uffd_start());
+		if (!uerr && mode == MRMGR_MONITOR_AUTO && mrmgr__patch_start &&
+		    !warned_sanitizer_uffd) {
+			warned_sanitizer_uffd = 1;
+			mrmgr__warn("monitor (auto): a sanitizer is in the "
+				    "process, so libc is not patched (its "
+				    "allocator unmaps with raw system calls); "
+				    "userfaultfd follows the memory instead, "
+				    "with its limits: one-sided, no growth "
+				    "headroom, and shmat(SHM_REMAP) and "
+				    "MADV_GUARD_INSTALL over cached memory are "
+				    "not followed (doc/monitor.md, \"What each "
+				    "mode follows\")");
+		}
+	}
 	if (!any && !warned_no_source) {
 		warned_no_source = 1;
 		mrmgr__warn("monitor (%s): no memory-event source works in this "
-			    "process (userfaultfd: %s; hooks: %s): nothing will "
+			    "process (libc patching: %s; userfaultfd: %s; "
+			    "hooks: %s): nothing will "
 			    "be cached, every get registers. Allow userfaultfd, "
 			    "preload libmrmgr_hooks.so, or set "
 			    "MRMGR_MONITOR=external if you report changes with "
 			    "mrmgr_notify_unmap().",
-			    mode_name(mode),
+			    mode_name(mode), patch_why(mode),
 			    uerr ? strerror(uerr) : "not used",
 			    herr == ENOENT ? "not loaded"
 					   : herr ? strerror(herr) : "not used");
@@ -328,7 +374,8 @@ void mrmgr__mon_info(struct mrmgr_monitor_info *mi)
 	m.patch_error = perr;
 	/* What watch.c relies on for this mode: auto takes the patched libc,
 	 * else the hooks, and userfaultfd only in a build without the patch
-	 * source when the hooks do not report both sides. */
+	 * source or under a sanitizer, when the hooks do not report both
+	 * sides. */
 	if (patch)
 		m.sources |= MRMGR_MONITOR_SRC_PATCH;
 	if (hstate == SRC_ACTIVE && !patch && m.mode != MRMGR_MONITOR_PATCH &&
@@ -336,7 +383,7 @@ void mrmgr__mon_info(struct mrmgr_monitor_info *mi)
 		m.sources |= MRMGR_MONITOR_SRC_HOOKS;
 	if (ustate == SRC_ACTIVE &&
 	    (m.mode == MRMGR_MONITOR_UFFD ||
-	     (m.mode == MRMGR_MONITOR_AUTO && !mrmgr__patch_start &&
+	     (m.mode == MRMGR_MONITOR_AUTO && mrmgr__mon_auto_uffd() &&
 	      !(hstate == SRC_ACTIVE && mrmgr_hooks_bind))))
 		m.sources |= MRMGR_MONITOR_SRC_UFFD;
 	if (m.mode == MRMGR_MONITOR_EXTERNAL)

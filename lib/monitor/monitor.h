@@ -182,6 +182,12 @@ int mrmgr__hooks_state(int *err);
  * the automatic mode falls back as doc/monitor.md says.
  */
 int mrmgr__patch_start(void) __attribute__((weak, visibility("hidden")));
+/* Whether a sanitizer runs in the process (patch.c; weak likewise): the
+ * patched libc steps aside there, and auto takes userfaultfd instead. */
+int mrmgr__patch_sanitizer(void) __attribute__((weak, visibility("hidden")));
+/* auto mode's userfaultfd: in a build without the patch source, or under
+ * a sanitizer (monitor.c). */
+int mrmgr__mon_auto_uffd(void);
 
 /* Whether a source that sees both sides of a change covers mode now
  * (the patched libc or the hooks; external counts: see doc/growth.md). */

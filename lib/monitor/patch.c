@@ -83,6 +83,41 @@ uint32_t mrmgr__patch_overwrites(void)
 	return __atomic_load_n(&P.overwrites, __ATOMIC_ACQUIRE);
 }
 
+/*
+ * A sanitizer in the process: ASan, TSan, MSan, HWASan, LSan and DFSan
+ * intercept these calls and replace malloc with an allocator that maps
+ * and unmaps with raw system calls, which no patched libc entry sees.
+ * UBSan alone does neither. Outside the architecture test: the automatic
+ * mode takes userfaultfd instead wherever a sanitizer is (monitor.c).
+ * Decided once (a dlsym() per name: not for every miss).
+ */
+int mrmgr__patch_sanitizer(void)
+{
+	static const char *const runtimes[] = {
+		"__asan_init", "__tsan_init", "__msan_init", "__hwasan_init",
+		"__lsan_do_leak_check", "__dfsan_init",
+	};
+	static int found = -1;
+	int f = __atomic_load_n(&found, __ATOMIC_RELAXED);
+
+	if (mrmgr__patch_test_flags & MRMGR__PATCH_TEST_IGNORE_TOOLS)
+		return 0;
+	if (mrmgr__patch_test_flags & MRMGR__PATCH_TEST_SANITIZER)
+		return 1;
+	if (f >= 0)
+		return f;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	f = 1; /* libmrmgr itself was built with one */
+#else
+	f = 0;
+	for (size_t i = 0; i < MRMGR__ARRAY_SIZE(runtimes) && !f; i++)
+		f = dlsym(RTLD_DEFAULT, runtimes[i]) != NULL;
+#endif
+	(void)runtimes;
+	__atomic_store_n(&found, f, __ATOMIC_RELAXED);
+	return f;
+}
+
 #if MRMGR__PATCH_SUPPORTED
 
 static const struct target {
@@ -117,21 +152,12 @@ static int dso_named(struct dl_phdr_info *info, size_t sz, void *arg)
 /* A tool that intercepts or translates these calls, or NULL. */
 static const char *tool_in_process(void)
 {
-	static const char *const sanitizers[] = {
-		"__asan_init", "__tsan_init", "__msan_init", "__hwasan_init",
-		"__lsan_do_leak_check", "__dfsan_init",
-	};
-
 	if (mrmgr__patch_test_flags & MRMGR__PATCH_TEST_IGNORE_TOOLS)
 		return NULL;
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-	return "a sanitizer (libmrmgr was built with one)";
-#endif
+	if (mrmgr__patch_sanitizer())
+		return "a sanitizer";
 	if (dl_iterate_phdr(dso_named, (void *)"vgpreload"))
 		return "valgrind";
-	for (size_t i = 0; i < MRMGR__ARRAY_SIZE(sanitizers); i++)
-		if (dlsym(RTLD_DEFAULT, sanitizers[i]))
-			return "a sanitizer";
 	return NULL;
 }
 
@@ -545,7 +571,12 @@ int mrmgr__patch_start(void)
 		P.err = install(&why);
 	}
 	P.state = P.err ? SRC_FAILED : SRC_ACTIVE;
-	if (P.err)
+	if (P.err == EOPNOTSUPP && mrmgr__patch_sanitizer())
+		/* Expected: the mode decides what replaces it and says so
+		 * (monitor.c). */
+		mrmgr__info("monitor: libc patching not used (%s: its "
+			    "allocator unmaps with raw system calls)", why);
+	else if (P.err)
 		mrmgr__warn("monitor: libc patching not used (%s: %s); libc is "
 			    "left as it was and other sources are used",
 			    why, strerror(P.err));

@@ -67,6 +67,7 @@ enum mrmgr__patch_test_flags {
 	MRMGR__PATCH_TEST_SELFTEST_FAILS = 1u << 1,   /* self-test sees nothing */
 	MRMGR__PATCH_TEST_IGNORE_TOOLS = 1u << 2,     /* patch under sanitizers */
 	MRMGR__PATCH_TEST_NO_CHAIN = 1u << 3, /* treat foreign jumps as unknown */
+	MRMGR__PATCH_TEST_SANITIZER = 1u << 4, /* act as under a sanitizer */
 };
 extern unsigned int mrmgr__patch_test_flags;
 /*

@@ -264,16 +264,19 @@ static int hook_brk(void *a)
 	return 0;
 }
 
-/* SHM_REMAP replaces what was mapped at the (rounded) address. */
+/* SHM_REMAP replaces what was mapped at the (rounded) address. SHMLBA
+ * is 4 KiB to 64 KiB across architectures: with SHM_RND the range covers
+ * every rounding (rounding to 64 KiB alone would miss the segment's end
+ * where SHMLBA is a page). */
 static int shmat_range(int id, const void *a, int flg, uint64_t *s, uint64_t *e)
 {
 	struct shmid_ds ds;
-	uintptr_t at = (uintptr_t)a;
+	uintptr_t p = (uintptr_t)a & ~(uintptr_t)4095, at = p;
 
-	if (flg & SHM_RND) /* SHMLBA is at most 64 KiB on Linux */
-		at &= ~(uintptr_t)0xffff;
+	if (flg & SHM_RND)
+		at = (uintptr_t)a & ~(uintptr_t)0xffff;
 	if (!is_err(SYS3(SYS_shmctl, id, IPC_STAT, &ds)) && ds.shm_segsz)
-		return span(at, ds.shm_segsz, s, e);
+		return span(at, (p - at) + ds.shm_segsz, s, e);
 	/* size unknown: everything from there on */
 	*s = (uint64_t)at & ~(uint64_t)4095;
 	*e = UINT64_MAX;

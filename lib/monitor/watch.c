@@ -554,7 +554,7 @@ int mrmgr__watch_begin(struct mrmgr__mon_cache *m, uint64_t start,
 	if (mrmgr__mon_two_sided(mode)) {
 		err = trusted_watch(m, tx, start, last);
 	} else if ((mode == MRMGR_MONITOR_UFFD ||
-		    (mode == MRMGR_MONITOR_AUTO && !mrmgr__patch_start)) &&
+		    (mode == MRMGR_MONITOR_AUTO && mrmgr__mon_auto_uffd())) &&
 		   mrmgr__uffd_start() == 0) {
 		err = uffd_watch(m, tx, start, last);
 	} else if ((mode == MRMGR_MONITOR_HOOKS || mode == MRMGR_MONITOR_AUTO) &&

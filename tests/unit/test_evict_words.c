@@ -34,11 +34,18 @@ static struct mrmgr_cache_attr limits(uint64_t max_regions)
 	return a;
 }
 
+/* Got and put back, and still cached: these tests read the region's
+ * words afterwards, which an uncached region (no monitor source covered
+ * it) no longer has after its put. */
 static struct mrmgr_region *get_put(mrmgr_cache_t *c, void *p)
 {
+	uint64_t uncached = cstats(c).uncached;
 	mrmgr_region_t *r;
 
 	cr_assert_eq(mrmgr_get(c, p, 4 * KiB, RW, &r), 0);
+	cr_assert_eq(cstats(c).uncached, uncached,
+		     "the region was not cached (see the monitor's warning): "
+		     "these tests need a cache that caches");
 	mrmgr_put(r);
 	return r;
 }
@@ -46,8 +53,10 @@ static struct mrmgr_region *get_put(mrmgr_cache_t *c, void *p)
 /* Every stripe of r: live, keyed, with r's MR's keys. */
 static void assert_live_keyed(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	uint64_t keys = (uint64_t)r->mr->rkey << 32 | r->mr->lkey;
+	uint64_t keys;
 
+	cr_assert_not_null(r->mr, "the region has no MR");
+	keys = (uint64_t)r->mr->rkey << 32 | r->mr->lkey;
 	cr_assert_eq(mrmgr__region_state(r), MRMGR__REGION_LIVE);
 	for (unsigned int i = 0; i < c->nstripes; i++) {
 		const uint64_t *w = mrmgr__ref_word(r, i);
