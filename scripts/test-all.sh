@@ -148,6 +148,7 @@ test_monitor_patch_chain: chaining over another patcher needs the patch source, 
 	# hit checks would not hold there).
 	[ "$vg_failed" = 0 ] || { echo "valgrind: failures above" >&2; exit 1; }
 fi
+step "in-tree build and make check (a clean copy, scripts/ci-intree.sh)"; "$top/scripts/ci-intree.sh"
 if [ "${MRMGR_SKIP_RXE:-0}" = 1 ]; then
 	step "real-verbs tier skipped (MRMGR_SKIP_RXE=1)"
 else
