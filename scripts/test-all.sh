@@ -153,6 +153,7 @@ step "libc matrix: trixie, sid x amd64, arm64"; "$top/scripts/ci-libc-matrix.sh"
 step "Debian 11 (glibc 2.31, rdma-core 33) in a debootstrap chroot"; "$top/scripts/ci-bullseye.sh"
 step "soak: the torture tests beside a CPU hog (${SOAK_SECONDS:-600}s)" && (cd "$top/build" && make -s check-soak)
 [ "${MRMGR_SKIP_SANITIZERS:-0}" = 1 ] || { step "examples under ASan+UBSan, no MRMGR_* set"; "$top/scripts/ci-sanitizer-examples.sh"; }
+step "in-tree build and make check (a clean copy, scripts/ci-intree.sh)"; "$top/scripts/ci-intree.sh"
 if [ "${MRMGR_SKIP_RXE:-0}" = 1 ]; then
 	step "real-verbs tier skipped (MRMGR_SKIP_RXE=1)"
 else

@@ -27,14 +27,44 @@ cat >"$tmp/allow" <<'ALLOW'
 ALLOW
 : >"$tmp/found"
 
-headers_of() { (cd "$src/lib/$1" && ls ./*.h 2>/dev/null | sed 's|^\./||'); }
+# The sources, never the build's own outputs: an in-tree build (a plain
+# `./configure && make check`) leaves .lo, .la, .deps/*.Plo and .libs/
+# beside them, and those name every symbol and header. In a git checkout
+# the files git tracks or would track (not ignored; a new file counts
+# before it is added); in a distribution (`make distcheck`, an unpacked
+# tarball, no .git) the list dist-hook wrote into it.
+if [ -e "$src/.git" ] && command -v git >/dev/null 2>&1; then
+	git -C "$src" ls-files --cached --others --exclude-standard
+elif [ -f "$src/tests/arch/dist-files" ]; then
+	cat "$src/tests/arch/dist-files"
+else
+	echo "check-layers: $src is neither a git checkout nor a distribution" \
+		"(no tests/arch/dist-files)" >&2
+	exit 1
+fi | LC_ALL=C sort -u | while read -r f; do
+	[ -f "$src/$f" ] && echo "$f" # tracked but deleted: not a source now
+done >"$tmp/sources"
+[ -s "$tmp/sources" ] || { echo "check-layers: no sources listed" >&2; exit 1; }
+
+# sources_in DIR REGEX: the sources directly in DIR whose name matches.
+sources_in() { grep -E "^$1/[^/]*$2\$" "$tmp/sources" || true; }
+# grep_sources ERE PATH-PREFIX...: "file:line:text" of the sources there.
+grep_sources() {
+	re=$1
+	shift
+	for p in "$@"; do grep -E "^$p(/|\$)" "$tmp/sources" || true; done |
+		(cd "$src" && xargs -r grep -HnE "$re") || true
+}
+
+headers_of() { sources_in "lib/$1" '\.h' | sed 's|.*/||'; }
 
 # includes LAYER RULE HEADER-LAYERS...: includes of those layers' headers.
 includes() {
 	layer=$1 rule=$2
 	shift 2
 	for l in "$@"; do headers_of "$l"; done | sort -u >"$tmp/hdrs"
-	for f in "$src/lib/$layer"/*.[ch]; do
+	for f in $(sources_in "lib/$layer" '\.[ch]'); do
+		f=$src/$f
 		sed -n 's/^#[ \t]*include[ \t]*"\([^"]*\)".*/\1/p' "$f" | sort -u |
 			comm -12 - "$tmp/hdrs" |
 			sed "s|^|$rule $layer/$(basename "$f") |" >>"$tmp/found"
@@ -79,12 +109,9 @@ for low in device os util; do
 done
 
 # Production code names no simulator: no sim header, no sim call.
-# Sources only: an in-tree build leaves libtool files naming the sim there.
-grep -rnE --include='*.[ch]' --include='*.map' \
-	'mrmgr_sim_|mrmgr__sim|MRMGR__SIM|sim_internal\.h|sim_share\.h|mrmgr/sim\.h' \
-	"$src/lib" "$src/share" "$src/hooks" "$src/include/mrmgr/mrmgr.h" \
-	"$src/include/mrmgr/device.h" 2>/dev/null |
-	sed "s|^$src/||; s|^|production-names-sim |" >>"$tmp/found" || true
+grep_sources 'mrmgr_sim_|mrmgr__sim|MRMGR__SIM|sim_internal\.h|sim_share\.h|mrmgr/sim\.h' \
+	lib share hooks include/mrmgr/mrmgr.h include/mrmgr/device.h |
+	sed "s|^|production-names-sim |" >>"$tmp/found"
 
 # libmrmgr.so: no mrmgr_sim_ symbol, exported, imported or local.
 # The built file itself (not libtool's relink leftovers, *.so.x.y.zT).
@@ -104,8 +131,8 @@ so=$(built_so libmrmgr)
 { nm -D "$so"; nm "$so" 2>/dev/null || true; } | awk '{ print $NF }' |
 	grep -E '^mrmgr_share_|^mrmgr_import' | sort -u |
 	sed 's|^|libmrmgr.so-has-share libmrmgr.so |' >>"$tmp/found" || true
-grep -rnE '#[ \t]*include[ \t]*[<"](mrmgr/share\.h|share_proto\.h)' "$src/lib" \
-	2>/dev/null | sed "s|^$src/||; s|^|lib-includes-share |" >>"$tmp/found" || true
+grep_sources '#[ \t]*include[ \t]*[<"](mrmgr/share\.h|share_proto\.h)' lib |
+	sed "s|^|lib-includes-share |" >>"$tmp/found"
 
 # libmrmgr-sim.so takes nothing from libmrmgr but the public device seam.
 sim=$(built_so libmrmgr-sim)

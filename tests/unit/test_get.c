@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "getter.h"
@@ -68,10 +69,13 @@ Test(get, miss_looks_again_when_the_tree_changed_before_the_lock,
 	count_regs(f.cache);
 	pthread_mutex_lock(&f.cache->lock);
 	getter_start(&x, f.cache, buf, 64 * KiB);
-	/* Time for the getter to miss lock-free and block on the lock (not
-	 * asserted: if it has not, it hits when it comes, and the counts
-	 * are the same; a second registration is what must never happen). */
-	usleep(100 * 1000);
+	/* The getter has missed lock-free and waits for the lock: glibc
+	 * marks a mutex contended (2) when a thread goes to sleep on it,
+	 * and only the getter can. (A sleep here once hoped it had; when it
+	 * came late it hit, and the test passed without testing the second
+	 * lookup.) No time bound: the test's .timeout is the bound. */
+	while (__atomic_load_n(&f.cache->lock.__data.__lock, __ATOMIC_ACQUIRE) != 2)
+		sched_yield();
 	cr_assert_eq(mrmgr__core_get_locked(f.cache, (uintptr_t)buf,
 					    (uintptr_t)buf + 64 * KiB - 1, RW,
 					    0, 0, &mine), 0);

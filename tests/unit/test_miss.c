@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <unistd.h>
 
@@ -159,6 +160,24 @@ Test(miss, other_ranges_proceed_during_a_registration, .timeout = 60)
 	munmap(buf, 16 * 64 * KiB);
 }
 
+/* Until n threads wait for a registration under way: each counts itself
+ * under the lock, then sleeps on the condition, which releases the lock,
+ * so the count read under the lock is of threads already waiting. No
+ * time bound: the test's .timeout catches a thread that never waits. */
+static void wait_for_waiters(mrmgr_cache_t *c, unsigned int n)
+{
+	for (;;) {
+		unsigned int w;
+
+		pthread_mutex_lock(&c->lock);
+		w = c->inflight_waiters;
+		pthread_mutex_unlock(&c->lock);
+		if (w >= n)
+			return;
+		sched_yield();
+	}
+}
+
 /* Two threads missing on one range, and one on an overlapping range, make
  * one registration: the later ones wait for the first and hit. */
 Test(miss, same_range_registers_once, .timeout = 60)
@@ -175,10 +194,10 @@ Test(miss, same_range_registers_once, .timeout = 60)
 	sem_wait(&g.entered);
 	getter_start(&y, f.cache, buf, 64 * KiB);
 	getter_start(&z, f.cache, buf + 16 * KiB, 4 * KiB);
-	/* Give them time to reach the wait (not asserted: if they have not,
-	 * they find the region when they come and the counts are the same;
-	 * a second registration of the range is what must never happen). */
-	usleep(100 * 1000);
+	/* Both wait for x's registration before it ends (once, a sleep
+	 * here hoped they would, and the test passed without testing the
+	 * wait when they came late). */
+	wait_for_waiters(f.cache, 2);
 	sem_post(&g.release);
 	getter_join(&x);
 	getter_join(&y);

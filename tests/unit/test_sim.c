@@ -999,6 +999,26 @@ Test(sim, fd_cap_degrades_to_unverified)
 
 /* -------------------------------------------------------------- NO_PIN */
 
+/* Pages of [p, p + n pages) the process has in memory (mincore). */
+static size_t resident_pages(const void *p, size_t n)
+{
+	unsigned char *v = malloc(n);
+	size_t in = 0;
+
+	cr_assert_not_null(v);
+	cr_assert_eq(mincore((void *)(uintptr_t)p, n * PG, v), 0);
+	for (size_t i = 0; i < n; i++)
+		in += v[i] & 1;
+	free(v);
+	return in;
+}
+
+/*
+ * NO_PIN scales because a registration neither populates nor holds the
+ * pages: 10k registrations of an untouched buffer leave it untouched.
+ * That is asserted (no timing: how fast it is belongs to bench/simcost,
+ * and a time bound fails on a loaded machine).
+ */
 Test(sim, no_pin_scales)
 {
 	enum { N = 10000 };
@@ -1009,14 +1029,14 @@ Test(sim, no_pin_scales)
 	struct ibv_mr **mrs = calloc(N, sizeof(*mrs));
 	int fds = count_fds();
 	char x[4] = "abc", y[4];
-	double t;
 
 	cr_assert_not_null(mrs);
-	t = now_s();
+	cr_assert_eq(resident_pages(buf, N), 0, "the buffer starts untouched");
 	for (int i = 0; i < N; i++)
 		mrs[i] = reg(pd, buf + (size_t)i * PG, PG, RW);
-	t = now_s() - t;
-	cr_assert_lt(t, 2.0, "10k NO_PIN registrations took %.3f s", t);
+	cr_assert_eq(resident_pages(buf, N), 0,
+		     "10k NO_PIN registrations populated %zu pages",
+		     resident_pages(buf, N));
 	cr_assert_eq(st(ctx).live_mrs, N);
 	cr_assert_eq(st(ctx).pinned_bytes, (uint64_t)N * PG, "budget still modelled");
 	cr_assert_eq(st(ctx).unverified_pages, 0);
@@ -1032,10 +1052,9 @@ Test(sim, no_pin_scales)
 	cr_assert_eq(reg_err(pd, buf + 9998 * PG, 2 * PG, RW), EFAULT);
 	cr_assert_eq(mrmgr_sim_write(pd, mrs[9999]->rkey, (uintptr_t)buf + 9999 * PG, x, 4), ESTALE);
 
-	t = now_s();
 	for (int i = 0; i < N; i++)
 		cr_assert_eq(mrmgr_sim_dereg_mr(mrs[i]), 0);
-	cr_assert_lt(now_s() - t, 2.0);
+	cr_assert_eq(st(ctx).live_mrs, 0);
 	free(mrs);
 	munmap(buf, (size_t)(N - 1) * PG);
 	teardown(ctx, pd);
