@@ -62,7 +62,7 @@ if ! rpmbuild -ta --nodeps "$tarball" \
 	--define "_mandir /usr/share/man" --define "_docdir /usr/share/doc" \
 	--define "_defaultdocdir /usr/share/doc" \
 	--define "_defaultlicensedir /usr/share/licenses" \
-	--define "_docdir_fmt %{NAME}" \
+	--define "_docdir_fmt %%{NAME}" \
 	--define "__brp_compress bash /usr/lib/rpm/brp-compress /usr" \
 	--define "_smp_mflags -j2" >"$work/rpmbuild.log" 2>&1; then
 	tail -n 60 "$work/rpmbuild.log" >&2
