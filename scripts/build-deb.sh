@@ -13,6 +13,9 @@
 # (no tools/mrmgr_info.c). `make check` is left to the rest of CI
 # (DEB_BUILD_OPTIONS=nocheck) unless MRMGR_DEB_CHECK=1.
 #
+# With MRMGR_DEB_TARBALL=libmrmgr-V.tar.gz, step 1 unpacks that release
+# tarball instead and adds this tree's debian/ (scripts/ci-packages.sh).
+#
 #   scripts/build-deb.sh [OUTDIR]     (the .debs are copied there if given)
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,12 +29,19 @@ for tool in dpkg-buildpackage dh lintian fakeroot; do
 		{ echo "build-deb: $tool missing: scripts/install-deps.sh" >&2; exit 1; }
 done
 
-step "copy the tree"
 mkdir "$work/src"
-if git -C "$top" rev-parse --git-dir >/dev/null 2>&1; then
+if [ -n "${MRMGR_DEB_TARBALL:-}" ]; then
+	# The release tarball, with debian/ from this tree added, as a
+	# .debian.tar would bring it (the tarball carries no debian/).
+	step "unpack $(basename "$MRMGR_DEB_TARBALL"), add debian/"
+	tar -xzf "$MRMGR_DEB_TARBALL" -C "$work/src" --strip-components=1
+	cp -R "$top/debian" "$work/src/debian"
+elif git -C "$top" rev-parse --git-dir >/dev/null 2>&1; then
+	step "copy the tree"
 	(cd "$top" && git ls-files -z --cached --others --exclude-standard |
 		xargs -0 tar -cf - --no-recursion 2>/dev/null) | tar -xf - -C "$work/src"
 else
+	step "copy the tree"
 	(cd "$top" && tar -cf - --exclude=./build --exclude=./.git .) | tar -xf - -C "$work/src"
 fi
 

@@ -16,7 +16,7 @@ pkgs="build-essential autoconf automake libtool pkg-config
       clang libclang-rt-14-dev
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
       python3 man-db groff-base openmpi-bin libopenmpi-dev
-      dpkg-dev debhelper fakeroot lintian
+      dpkg-dev debhelper fakeroot lintian rpm rpmlint
       patchelf libcapstone-dev debootstrap"
 missing=""
 for p in $pkgs; do

@@ -4,9 +4,11 @@
 #     the pkg-config consumer, the exported-symbol baseline), and the
 #     library under ThreadSanitizer with a stress driver (`make check-tsan`),
 #     the libc patch engine on aarch64 under qemu-user (`make check-aarch64`);
-#  2. the ABI baseline (abidiff), `make distcheck`, `make doc`, the
-#     Debian packages (scripts/build-deb.sh: built, lintian, installed
-#     into a fresh root and used by a pkg-config consumer);
+#  2. the ABI baseline (abidiff), `make distcheck`, `make doc`, and from
+#     distcheck's tarball (scripts/ci-packages.sh): scripts/release.sh and
+#     its SHA-256, the RPMs (rpmbuild, payload, rpmlint) and the Debian
+#     packages (scripts/build-deb.sh: built, lintian, unpacked into a
+#     fresh root and used by a pkg-config consumer);
 #  3. the unit suite under ASan+UBSan (+LeakSanitizer) in build-asan/, the
 #     libFuzzer targets (`make fuzz`, build-fuzz/), the examples under
 #     valgrind memcheck with --track-fds=yes;
@@ -61,15 +63,15 @@ tools_cc -o tests/monitor_tools
 tools_cc -fsanitize=address -o tests/monitor_tools_asan
 timeout 300 valgrind -q --error-exitcode=1 ./tests/monitor_tools >/dev/null
 ASAN_OPTIONS=detect_leaks=1 timeout 300 ./tests/monitor_tools_asan >/dev/null
-step "Debian packages"
-"$top/scripts/build-deb.sh"
+step "release tarball, RPMs and Debian packages from it (scripts/ci-packages.sh)"
+"$top/scripts/ci-packages.sh" "$(ls -t libmrmgr-*.tar.gz | head -n1)"
 
 if [ "${MRMGR_SKIP_SANITIZERS:-0}" = 1 ]; then
 	step "sanitizers, fuzzing, valgrind skipped (MRMGR_SKIP_SANITIZERS=1)"
 else
 	# ---- the unit suite under ASan+UBSan+LSan (any UB aborts)
 	step "unit suite under ASan+UBSan+LeakSanitizer (build-asan)"
-	# Suites that cannot run under ASan, and why (README, Tests):
+	# Suites that cannot run under ASan, and why (doc/testing.md):
 	asan_excluded="
 test_monitor: its heap and mremap cases assume glibc's malloc (mmap threshold, trimming) and that a freed range's address comes back; ASan's allocator quarantines freed memory
 test_monitor_sources: the same assumptions (it waits for events glibc's free would cause, and times out)

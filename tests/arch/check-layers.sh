@@ -1,5 +1,5 @@
 #!/bin/sh
-# The layers' arrows (README, "Architecture"), held by the sources and the
+# The layers' arrows (doc/architecture.md), held by the sources and the
 # built objects:
 #   util <- os <- device <- core <- ext;  os <- monitor <- core
 #   sim -> the public device seam only;   libmrmgr.so knows no simulator
