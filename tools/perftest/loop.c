@@ -66,7 +66,7 @@ static int per_message(struct pt_dev *d, const struct pt_opts *o,
 		size_t len;
 		char *p;
 
-		pt_progress("per-message: %ld of %ld messages", m, o->messages);
+		pt_progress("%ld of %ld messages", m, o->messages);
 		if ((ret = workload_next(wl, m, &p, &len)) ||
 		    (ret = pt_reg(d, d->pd, p, len, PT_ACCESS, &mr)))
 			break;
@@ -100,7 +100,7 @@ static int cached(struct pt_dev *d, const struct pt_opts *o,
 		size_t len;
 		char *p;
 
-		pt_progress("cached: %ld of %ld messages", m, o->messages);
+		pt_progress("%ld of %ld messages", m, o->messages);
 		if ((ret = workload_next(wl, m, &p, &len)) ||
 		    (ret = mrmgr_get(pt_live_cache, p, len, PT_ACCESS, &pt_live_region)))
 			break;
@@ -140,7 +140,7 @@ static int hit_miss(struct pt_dev *d, const struct pt_opts *o)
 		char *p = base + i * slot;
 		uint64_t t0, t1, t2;
 
-		pt_progress("hit and miss: %u of %u", i, n);
+		pt_progress("%u of %u", i, n);
 		if (mprotect(p, HITMISS_LEN, PROT_READ | PROT_WRITE)) {
 			ret = errno;
 			goto out;

@@ -65,7 +65,7 @@ void pt_progress(const char *fmt, ...)
 
 void pt_progress_end(void)
 {
-	if (progress_shown)
+	if (progress_shown && !pt_stop)
 		fprintf(stderr, PROG ": %s: done in %.1f s\n", cur_phase,
 			(double)(pt_now_ns() - phase_t0) / 1e9);
 	progress_shown = 0;
