@@ -101,6 +101,7 @@ static int cached(struct pt_dev *d, const struct pt_opts *o,
 		char *p;
 
 		pt_progress("%ld of %ld messages", m, o->messages);
+		pt_live_region = NULL;
 		if ((ret = workload_next(wl, m, &p, &len)) ||
 		    (ret = mrmgr_get(pt_live_cache, p, len, PT_ACCESS, &pt_live_region)))
 			break;
@@ -151,6 +152,7 @@ static int hit_miss(struct pt_dev *d, const struct pt_opts *o)
 				     &pt_live_region)))
 			goto out;
 		mrmgr_put(pt_live_region);
+		pt_live_region = NULL;
 		t1 = pt_now_ns();
 		if ((ret = mrmgr_get(pt_live_cache, p, HITMISS_LEN, PT_ACCESS,
 				     &pt_live_region)))
