@@ -5,7 +5,8 @@
  * says so), then plays what a middleware send path does: many messages from
  * a set of buffers, each needing a registration for a moment, with the
  * cache bounded below the working set, some buffers growing, and some freed
- * and reallocated. It prints what the cache did.
+ * and reallocated (the workload of tools/perftest/workload.c, which
+ * mrmgr_perftest(1) measures on a device). It prints what the cache did.
  *
  * Usage: demo [--sim] [--device NAME] [--messages N]
  */
@@ -13,14 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include <mrmgr/mrmgr.h>
 #include <mrmgr/sim.h>
 
-#define NBUF 48
-#define BUFLEN (256 * 1024)
+#include "workload.h"
+
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)
 
 struct device {
@@ -105,6 +105,12 @@ static void print_stats(mrmgr_cache_t *cache, const char *when)
 		printf("  hit rate %.1f%%\n", 100.0 * s.hits / (double)(s.hits + s.misses));
 }
 
+/* The application frees or moves a buffer: it tells the cache first. */
+static void before_unmap(void *cache, void *addr, size_t len)
+{
+	mrmgr_invalidate(cache, addr, len);
+}
+
 int main(int argc, char **argv)
 {
 	const char *want = NULL;
@@ -112,8 +118,9 @@ int main(int argc, char **argv)
 	long messages = 20000;
 	struct device dev;
 	mrmgr_cache_t *cache;
-	char *buf[NBUF];
-	unsigned int seed = 42;
+	struct workload_attr wa;
+	struct workload *wl;
+	long remaps, growths;
 	int ret;
 
 	for (int i = 1; i < argc; i++) {
@@ -136,72 +143,64 @@ int main(int argc, char **argv)
 	}
 
 	/* A cache smaller than the working set, so eviction shows. */
+	workload_default_attr(&wa);
 	struct mrmgr_cache_attr attr = {
 		.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES | MRMGR_CACHE_ATTR_FLAGS,
-		.max_bytes = NBUF / 2 * BUFLEN,
+		.max_bytes = workload_footprint(&wa) / 2,
 		.flags = MRMGR_CACHE_NO_MERGE,
 	};
 	if ((ret = mrmgr_cache_create(dev.pd, &attr, &cache))) {
 		fprintf(stderr, "creating the cache: %s\n", strerror(ret));
 		return 1;
 	}
-	for (int i = 0; i < NBUF; i++) {
-		buf[i] = mmap(NULL, BUFLEN, PROT_READ | PROT_WRITE,
-			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (buf[i] == MAP_FAILED)
-			return 1;
-		memset(buf[i], i, BUFLEN);
+	if ((ret = workload_create(&wa, before_unmap, cache, &wl))) {
+		fprintf(stderr, "mapping the buffers: %s\n", strerror(ret));
+		return 1;
 	}
-	printf("workload: %ld messages over %d buffers of %d KiB; cache bounded at %d MiB\n",
-	       messages, NBUF, BUFLEN / 1024, NBUF / 2 * BUFLEN / (1024 * 1024));
+	printf("workload: %ld messages over %d buffers of %zu KiB, growing to %ux;"
+	       " cache bounded at %.1f MiB\n", messages, wa.nbuf, wa.buflen / 1024,
+	       wa.max_growth, attr.max_bytes / 1048576.0);
 
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	long verified = 0;
 	for (long m = 0; m < messages; m++) {
-		/* Skewed: a few hot buffers, a long tail. */
-		int b = (rand_r(&seed) % 4) ? rand_r(&seed) % 8 : rand_r(&seed) % NBUF;
-		size_t off = (size_t)(rand_r(&seed) % (BUFLEN / 2));
-		size_t len = 1 + (size_t)(rand_r(&seed) % (BUFLEN - off));
 		mrmgr_region_t *r;
+		char *p;
+		size_t len;
 
-		if ((ret = mrmgr_get(cache, buf[b] + off, len, ACCESS, &r))) {
+		if ((ret = workload_next(wl, m, &p, &len))) {
+			fprintf(stderr, "workload: %s\n", strerror(ret));
+			return 1;
+		}
+		if ((ret = mrmgr_get(cache, p, len, ACCESS, &r))) {
 			fprintf(stderr, "get: %s\n", strerror(ret));
 			return 1;
 		}
 		if (dev.simulated && m % 97 == 0) {
 			/* A peer writes into the region through its rkey. */
 			char msg[32];
+			size_t n;
+
 			snprintf(msg, sizeof(msg), "message %ld", m);
+			n = strlen(msg) + 1 < len ? strlen(msg) + 1 : len;
 			ret = mrmgr_sim_write(dev.pd, mrmgr_region_rkey(r),
-					      (uint64_t)(uintptr_t)(buf[b] + off), msg,
-					      strlen(msg) + 1 < len ? strlen(msg) + 1 : len);
-			if (ret || memcmp(buf[b] + off, msg, strlen(msg) + 1 < len ? strlen(msg) + 1 : len)) {
+					      (uint64_t)(uintptr_t)p, msg, n);
+			if (ret || memcmp(p, msg, n)) {
 				fprintf(stderr, "simulated RDMA write failed: %s\n", strerror(ret));
 				return 1;
 			}
 			verified++;
 		}
 		mrmgr_put(r);
-
-		if (m % 1000 == 999) {
-			/* The application frees a buffer and maps a new one: it
-			 * tells the cache first. */
-			int v = rand_r(&seed) % NBUF;
-			mrmgr_invalidate(cache, buf[v], BUFLEN);
-			munmap(buf[v], BUFLEN);
-			buf[v] = mmap(NULL, BUFLEN, PROT_READ | PROT_WRITE,
-				      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-			if (buf[v] == MAP_FAILED)
-				return 1;
-			memset(buf[v], v, BUFLEN);
-		}
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	workload_counts(wl, &remaps, &growths);
 	print_stats(cache, "after the workload:");
 	printf("  %.2f us per message (get + put, including registration costs)\n",
 	       secs * 1e6 / (double)messages);
+	printf("  buffers freed and mapped again: %ld; grown: %ld\n", remaps, growths);
 	if (dev.simulated) {
 		struct mrmgr_sim_stats ss;
 		mrmgr_sim_query_stats(dev.ctx, &ss, sizeof(ss));
@@ -209,10 +208,7 @@ int main(int argc, char **argv)
 		       verified, (unsigned long long)ss.stale_accesses);
 	}
 
-	for (int i = 0; i < NBUF; i++) {
-		mrmgr_invalidate(cache, buf[i], BUFLEN);
-		munmap(buf[i], BUFLEN);
-	}
+	workload_destroy(wl);
 	if ((ret = mrmgr_cache_destroy(cache))) {
 		fprintf(stderr, "destroying the cache: %s\n", strerror(ret));
 		return 1;

@@ -118,6 +118,12 @@ if [ -x "$root/usr/bin/mrmgr_info" ]; then
 		{ cat "$work/info.txt" >&2; echo "build-deb: mrmgr_info failed" >&2; exit 1; }
 	head -n 3 "$work/info.txt"
 fi
+if [ -x "$root/usr/bin/mrmgr_perftest" ]; then
+	LD_LIBRARY_PATH=$libdir "$root/usr/bin/mrmgr_perftest" --sim --max 64K --runs 1 \
+		--messages 200 --no-seeds >"$work/perftest.txt" 2>&1 ||
+		{ cat "$work/perftest.txt" >&2; echo "build-deb: mrmgr_perftest failed" >&2; exit 1; }
+	grep '^loop ' "$work/perftest.txt"
+fi
 
 if [ -n "$out" ]; then
 	mkdir -p "$out"

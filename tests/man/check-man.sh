@@ -62,7 +62,7 @@ while read -r sym; do
 	fi
 	grep -q "^NAME" "$work/out" || { echo "check-man: $sym: no NAME section rendered" >&2; fail=1; }
 done <"$work/symbols"
-for p in "$mandir"/man3/mrmgr.3 "$mandir"/man7/mrmgr-env.7; do
+for p in "$mandir"/man3/mrmgr.3 "$mandir"/man7/mrmgr-env.7 "$mandir"/man1/*.1; do
 	[ -f "$p" ] || continue
 	LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings=w -l "$p" >/dev/null 2>"$work/err" || true
 	[ ! -s "$work/err" ] || { echo "check-man: $p renders with warnings:" >&2; cat "$work/err" >&2; fail=1; }
