@@ -36,8 +36,8 @@ static void fit(const struct pt_opts *o, struct workload_attr *a, char *note,
 		a->buflen /= 2;
 	while (workload_footprint(a) > o->limit / 2 && a->nbuf > 2)
 		a->nbuf /= 2;
-	snprintf(note, len, "%d buffers of %s, remap every %ld, grow every %ld "
-		 "to %ux", a->nbuf, pt_size(a->buflen, b, sizeof(b)),
+	snprintf(note, len, "%d buffer%s of %s, remap every %ld, grow every %ld "
+		 "to %ux", a->nbuf, a->nbuf == 1 ? "" : "s", pt_size(a->buflen, b, sizeof(b)),
 		 a->remap_every, a->grow_every, a->max_growth);
 }
 
