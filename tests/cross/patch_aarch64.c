@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
+#include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -249,6 +250,24 @@ static void *sh_caller(void *arg)
 	return NULL;
 }
 
+/*
+ * Guard the shapes' pages as a BTI-enabled loader would (the cross
+ * sysroot's does not, here): an indirect call that lands on anything but
+ * bti/paciasp then faults. The engine's mprotect() back to read+execute
+ * after its store drops PROT_BTI (see doc/monitor.md), so the guard is
+ * put back right after each patch, before the callers see it done.
+ */
+static int bti_guard(void)
+{
+	uintptr_t lo = (uintptr_t)shape_bti_movnr & ~(uintptr_t)4095;
+	uintptr_t hi = ((uintptr_t)shape_refused_loop + 4096) & ~(uintptr_t)4095;
+
+	if (!(getauxval(AT_HWCAP2) & (1ul << 17)))
+		return 0; /* no BTI in this CPU */
+	CHECK(mprotect((void *)lo, hi - lo, PROT_READ | PROT_EXEC | 0x10) == 0);
+	return 1;
+}
+
 /* Patch fn (system call nr) while threads call it with a[]: 0, or the
  * engine's refusal. */
 static int shape(const char *name, shape_fn fn, long nr, long a0, long a1,
@@ -274,6 +293,7 @@ static int shape(const char *name, shape_fn fn, long nr, long a0, long a1,
 		while (__atomic_load_n(&sh_before[k], __ATOMIC_RELAXED) < 100)
 			sched_yield();
 	err = mrmgr__patch_test_site((void *)fn, nr, (void (*)(void))sh_hook, &s);
+	(void)bti_guard();
 	if (!err)
 		__atomic_store_n(&sh_patched, 1, __ATOMIC_RELEASE);
 	else
@@ -301,6 +321,8 @@ static int shape(const char *name, shape_fn fn, long nr, long a0, long a1,
 
 static void check_shapes(void)
 {
+	if (bti_guard())
+		printf("shapes' pages guarded (PROT_BTI)\n");
 	CHECK(shape("bti c; mov x8,#NR", shape_bti_movnr, 215, 1, 4096, 0, 0) == 0);
 	CHECK(shape("paciasp; sub sp (2.41 mremap)", shape_paciasp_sub, 216, 1,
 		    4096, 4096, 0) == 0);
