@@ -113,9 +113,8 @@ expect libmrmgr-devel /usr/include/mrmgr/mrmgr.h /usr/include/mrmgr/device.h \
 	$L/pkgconfig/mrmgr.pc $L/pkgconfig/mrmgr-share.pc $L/pkgconfig/mrmgr-sim.pc \
 	"$M/man3/mrmgr.3*" "$M/man3/mrmgr_get.3*" "$M/man7/mrmgr-env.7*" \
 	/usr/share/doc/libmrmgr-devel/integration.md
-# mrmgr_perftest (issue 23): add "/usr/bin/mrmgr_perftest" "$M/man1/mrmgr_perftest.1*"
-# here and in the spec's %files -n mrmgr-tools once it is installed.
 expect mrmgr-tools /usr/bin/mrmgr_info "$M/man1/mrmgr_info.1*" \
+	/usr/bin/mrmgr_perftest "$M/man1/mrmgr_perftest.1*" \
 	/usr/share/licenses/mrmgr-tools/COPYING
 # A section-3 page for every function the three libraries export.
 for sym in $(cut -d@ -f1 "$top"/tests/abi/*.abi.symbols | sort -u); do
