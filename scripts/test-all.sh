@@ -149,6 +149,8 @@ test_monitor_patch_chain: chaining over another patcher needs the patch source, 
 	[ "$vg_failed" = 0 ] || { echo "valgrind: failures above" >&2; exit 1; }
 fi
 step "libc matrix: trixie, sid x amd64, arm64"; "$top/scripts/ci-libc-matrix.sh"
+step "entry decoders against Capstone over the libc matrix"
+"$top/scripts/ci-decode.sh"
 if [ "${MRMGR_SKIP_RXE:-0}" = 1 ]; then
 	step "real-verbs tier skipped (MRMGR_SKIP_RXE=1)"
 else

@@ -170,8 +170,8 @@ static void sync_cores(void)
 		(void)syscall(SYS_membarrier, SYNC_CORE, 0);
 }
 
-/* A page for the trampolines within branch reach of every site. */
-static uintptr_t tramp_page(const struct mrmgr__patch_image *im)
+uintptr_t mrmgr__patch_tramp_page(const struct mrmgr__patch_image *im,
+				  const struct mrmgr__patch_site *site, int n)
 {
 	uintptr_t pg = (uintptr_t)page_size(), step = (uintptr_t)1 << 20;
 
@@ -189,10 +189,10 @@ static uintptr_t tramp_page(const struct mrmgr__patch_image *im)
 				 -1, 0);
 			if (p == MAP_FAILED)
 				continue;
-			for (int t = 0; t < MRMGR__PT_COUNT && ok; t++)
-				ok = !P.site[t].fn ||
-				     (mrmgr__patch_arch_reaches(&P.site[t], (uintptr_t)p) &&
-				      mrmgr__patch_arch_reaches(&P.site[t], (uintptr_t)p + pg));
+			for (int t = 0; t < n && ok; t++)
+				ok = !site[t].fn ||
+				     (mrmgr__patch_arch_reaches(&site[t], (uintptr_t)p) &&
+				      mrmgr__patch_arch_reaches(&site[t], (uintptr_t)p + pg));
 			if (ok)
 				return (uintptr_t)p;
 			munmap(p, pg);
@@ -292,7 +292,15 @@ int mrmgr__patch_encode(int t)
 
 int mrmgr__patch_apply(int t, int undo)
 {
-	struct mrmgr__patch_site *s = &P.site[t];
+	int err = mrmgr__patch_apply_site(&P.site[t], undo);
+
+	if (!err)
+		mrmgr__patch_mark(t, !undo);
+	return err;
+}
+
+int mrmgr__patch_apply_site(const struct mrmgr__patch_site *s, int undo)
+{
 	uintptr_t lo = s->win, hi = s->win + s->win_len;
 	int err;
 
@@ -312,8 +320,6 @@ int mrmgr__patch_apply(int t, int undo)
 	err = undo ? mrmgr__patch_arch_swap(s, s->new, s->old)
 		   : mrmgr__patch_arch_swap(s, s->old, s->new);
 	mrmgr__patch_arch_flush(s->win, s->win_len);
-	if (!err)
-		mrmgr__patch_mark(t, !undo);
 	(void)text_rw(lo, hi - lo, 0);
 	sync_cores();
 	return err;
@@ -453,7 +459,7 @@ static int install(const char **why)
 	if (!mrmgr__patch_curbrk)
 		return ENOENT;
 	*why = "no page for the trampolines within reach";
-	tramp = tramp_page(&im);
+	tramp = mrmgr__patch_tramp_page(&im, P.site, MRMGR__PT_COUNT);
 	if (!tramp)
 		return ENOMEM;
 	P.tramp = tramp;

@@ -231,6 +231,23 @@ void mrmgr__patch_mark(int t, int on);
 int mrmgr__patch_encode(int t);
 /* Write site t's jump (or the original bytes back when undo). */
 int mrmgr__patch_apply(int t, int undo);
+/* The same for any planned and encoded site (the pad first, the atomic
+ * swap, the barrier): 0, EBUSY when the bytes changed, or errno. */
+int mrmgr__patch_apply_site(const struct mrmgr__patch_site *s, int undo);
+/* A page (read-write, for the trampolines) within branch reach of each
+ * of the n sites (those with .fn set), near im's text; 0 if none. */
+uintptr_t mrmgr__patch_tramp_page(const struct mrmgr__patch_image *im,
+				  const struct mrmgr__patch_site *site, int n);
+/*
+ * Tests: plan, encode and write one site at fn, the function of a loaded
+ * object's dynamic symbol table that starts there, issuing system call
+ * nr, to jump to hook through a trampoline page of its own, as the
+ * install does for libc's entries. 0 and *s (as planned), or ENOENT (no
+ * such symbol), ENOEXEC (the entry is refused), ENOMEM, or the write's
+ * error. patch_test.c.
+ */
+int mrmgr__patch_test_site(void *fn, long nr, void (*hook)(void),
+			   struct mrmgr__patch_site *s);
 /* Every patched call is delivered (see patch.c): 0 or EPROTO. */
 int mrmgr__patch_selftest(const struct mrmgr__patch_image *im);
 

@@ -5,7 +5,11 @@
  * reported ranges. It installs (prologue recognition, trampoline, the
  * self-test), then checks that each call reports its range, that errno
  * and glibc's break come out right, that free() of an mmap'd chunk is
- * seen, and that unpatching and patching again works.
+ * seen, and that unpatching and patching again works. Then the entry
+ * shapes of -mbranch-protection=standard builds (entry_shapes_aarch64.S:
+ * bti c, paciasp, a PC-relative first instruction; the program is
+ * BTI-marked, so qemu guards its pages) patched while threads call them
+ * indirectly.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -13,6 +17,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +201,118 @@ static void check_overwritten(void)
 	CHECK(mrmgr__patch_overwrites() == 1); /* nothing new */
 }
 
+/* ------------------------------------------------------------ shapes */
+
+typedef long (*shape_fn)(long, long, long, long, long, long);
+long shape_bti_movnr(long, long, long, long, long, long);
+long shape_paciasp_sub(long, long, long, long, long, long);
+long shape_bti_tst(long, long, long, long, long, long);
+long shape_bti_adrp(long, long, long, long, long, long);
+long shape_refused_b_first(long, long, long, long, long, long);
+long shape_refused_loop(long, long, long, long, long, long);
+
+#define SH_THREADS 4
+#define SH_CALLS 2000
+#define SH_HOOKED 4242
+
+static unsigned long sh_hook_calls;
+static long sh_hook(void)
+{
+	__atomic_fetch_add(&sh_hook_calls, 1, __ATOMIC_RELAXED);
+	return SH_HOOKED;
+}
+
+static shape_fn volatile sh_fn; /* called indirectly: blr, a BTI check */
+static long sh_args[6];
+static int sh_patched;
+static unsigned long sh_before[SH_THREADS], sh_after[SH_THREADS],
+	sh_bad[SH_THREADS], sh_seen[SH_THREADS];
+
+static void *sh_caller(void *arg)
+{
+	size_t k = (size_t)(uintptr_t)arg;
+
+	while (__atomic_load_n(&sh_after[k], __ATOMIC_RELAXED) < SH_CALLS) {
+		int was = __atomic_load_n(&sh_patched, __ATOMIC_ACQUIRE);
+		long r = sh_fn(sh_args[0], sh_args[1], sh_args[2], sh_args[3],
+			       sh_args[4], sh_args[5]);
+
+		if (r == SH_HOOKED)
+			sh_seen[k]++;
+		else if (was || r != -EINVAL)
+			sh_bad[k]++;
+		if (was)
+			__atomic_store_n(&sh_after[k], sh_after[k] + 1, __ATOMIC_RELAXED);
+		else
+			__atomic_store_n(&sh_before[k], sh_before[k] + 1, __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+/* Patch fn (system call nr) while threads call it with a[]: 0, or the
+ * engine's refusal. */
+static int shape(const char *name, shape_fn fn, long nr, long a0, long a1,
+		 long a2, long a5)
+{
+	pthread_t th[SH_THREADS];
+	struct mrmgr__patch_site s;
+	unsigned long seen = 0, bad = 0;
+	int err;
+
+	sh_fn = fn;
+	sh_args[0] = a0, sh_args[1] = a1, sh_args[2] = a2, sh_args[5] = a5;
+	sh_patched = 0;
+	sh_hook_calls = 0;
+	memset(sh_before, 0, sizeof(sh_before));
+	memset(sh_after, 0, sizeof(sh_after));
+	memset(sh_bad, 0, sizeof(sh_bad));
+	memset(sh_seen, 0, sizeof(sh_seen));
+	CHECK(sh_fn(a0, a1, a2, 0, 0, a5) == -EINVAL);
+	for (size_t k = 0; k < SH_THREADS; k++)
+		pthread_create(&th[k], NULL, sh_caller, (void *)k);
+	for (size_t k = 0; k < SH_THREADS; k++)
+		while (__atomic_load_n(&sh_before[k], __ATOMIC_RELAXED) < 100)
+			sched_yield();
+	err = mrmgr__patch_test_site((void *)fn, nr, (void (*)(void))sh_hook, &s);
+	if (!err)
+		__atomic_store_n(&sh_patched, 1, __ATOMIC_RELEASE);
+	else
+		for (size_t k = 0; k < SH_THREADS; k++)
+			__atomic_store_n(&sh_after[k], SH_CALLS, __ATOMIC_RELAXED);
+	for (size_t k = 0; k < SH_THREADS; k++) {
+		pthread_join(th[k], NULL);
+		seen += sh_seen[k];
+		bad += sh_bad[k];
+	}
+	printf("shape %s: %s", name, err ? strerror(err) : "patched");
+	if (!err)
+		printf(" at entry+%ld, %lu hooked calls, %lu wrong\n",
+		       (long)(s.at - s.fn), seen, bad);
+	else
+		printf("\n");
+	if (!err) {
+		CHECK(bad == 0);
+		CHECK(seen == sh_hook_calls);
+		CHECK(seen >= (unsigned long)SH_THREADS * SH_CALLS);
+		CHECK(sh_fn(a0, a1, a2, 0, 0, a5) == SH_HOOKED);
+	}
+	return err;
+}
+
+static void check_shapes(void)
+{
+	CHECK(shape("bti c; mov x8,#NR", shape_bti_movnr, 215, 1, 4096, 0, 0) == 0);
+	CHECK(shape("paciasp; sub sp (2.41 mremap)", shape_paciasp_sub, 216, 1,
+		    4096, 4096, 0) == 0);
+	CHECK(shape("bti c; tst x5,#0xfff (2.41 mmap)", shape_bti_tst, 222, 0,
+		    4096, 0, 1) == 0);
+	CHECK(shape("bti c; adrp", shape_bti_adrp, 233, 1, 4096, 4, 0) == 0);
+	CHECK(shape("bti c; cbz (refused)", shape_refused_b_first, 215, 1, 4096, 0,
+		    0) == ENOEXEC);
+	CHECK(shape("a branch back to the entry (refused)", shape_refused_loop,
+		    215, 1, 4096, 0, 0) == ENOEXEC);
+}
+
 int main(void)
 {
 	const size_t pg = 4096;
@@ -274,6 +392,7 @@ int main(void)
 	CHECK(munmap(p, pg) == 0);
 	CHECK(saw(p, pg));
 	check_overwritten();
+	check_shapes();
 	printf("patch_aarch64: %s, %d check(s) failed\n", fails ? "FAILED" : "ok",
 	       fails);
 	return fails != 0;
