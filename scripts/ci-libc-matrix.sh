@@ -186,10 +186,11 @@ if [ $need_arm64 = 1 ]; then
 	cp -a "$ax/." "$astage/"
 	alib=$astage/usr/lib/aarch64-linux-gnu:$astage/lib/aarch64-linux-gnu
 	echo "libc matrix: the library cross-built for arm64 ($ab)"
-	if (cd "$ab" && { [ -f Makefile ] ||
-			PKG_CONFIG_LIBDIR=$ax/usr/lib/aarch64-linux-gnu/pkgconfig \
-			PKG_CONFIG_SYSROOT_DIR=$ax "$top/configure" -q \
-				--host=aarch64-linux-gnu \
+	# Exported for make too: a configure.ac change makes it run
+	# configure again, which must find the same libibverbs.
+	if (cd "$ab" && export PKG_CONFIG_LIBDIR="$ax/usr/lib/aarch64-linux-gnu/pkgconfig" \
+			PKG_CONFIG_SYSROOT_DIR="$ax" && { [ -f Makefile ] ||
+			"$top/configure" -q --host=aarch64-linux-gnu \
 				LDFLAGS="-Wl,-rpath-link,$ax/usr/lib/aarch64-linux-gnu:$ax/lib/aarch64-linux-gnu"; } &&
 		make -s -j2 && make -s install DESTDIR="$astage") >"$work/arm64-build.log" 2>&1; then
 		aflags=$(PKG_CONFIG_LIBDIR=$astage/usr/local/lib/pkgconfig:$astage/usr/lib/aarch64-linux-gnu/pkgconfig \
@@ -275,11 +276,13 @@ run_arm64() { # suite
 	echo "libc matrix: $suite arm64 (qemu-user), libc6 $ver ($L)"
 	relink "$builddir/tests/cross/patch_aarch64" "$w/patch_aarch64" "$ld" "$L"
 	ok=1 patched=no selftest=- libcver=
-	got=$(qemu-aarch64 -E LD_TRACE_LOADED_OBJECTS=1 "$w/patch_aarch64" 2>&1 |
+	# From the build directory: it names its test object by a relative
+	# path (tests/cross/libentry_shapes_aarch64.so).
+	got=$(cd "$builddir" && qemu-aarch64 -E LD_TRACE_LOADED_OBJECTS=1 "$w/patch_aarch64" 2>&1 |
 		sed -n 's/^[[:space:]]*libc\.so\.6 => \([^ ]*\).*/\1/p')
 	[ "$got" = "$L/libc.so.6" ] || { bad "patch_aarch64 would load libc from '$got', not $L"; ok=0; }
 	set +e
-	qemu-aarch64 "$w/patch_aarch64" >"$w/patch_aarch64.log" 2>&1
+	(cd "$builddir" && qemu-aarch64 "$w/patch_aarch64") >"$w/patch_aarch64.log" 2>&1
 	rc=$?
 	set -e
 	install=$(sed -n 's/^install: \([^,]*\),.*/\1/p' "$w/patch_aarch64.log")
