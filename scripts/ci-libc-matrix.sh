@@ -187,12 +187,17 @@ if [ $need_arm64 = 1 ]; then
 	alib=$astage/usr/lib/aarch64-linux-gnu:$astage/lib/aarch64-linux-gnu
 	echo "libc matrix: the library cross-built for arm64 ($ab)"
 	# Exported for make too: a configure.ac change makes it run
-	# configure again, which must find the same libibverbs.
-	if (cd "$ab" && export PKG_CONFIG_LIBDIR="$ax/usr/lib/aarch64-linux-gnu/pkgconfig" \
+	# configure again, which must find the same libibverbs. A tree left
+	# configured otherwise is built again from scratch, once.
+	cross_build() {
+		(cd "$ab" && export PKG_CONFIG_LIBDIR="$ax/usr/lib/aarch64-linux-gnu/pkgconfig" \
 			PKG_CONFIG_SYSROOT_DIR="$ax" && { [ -f Makefile ] ||
 			"$top/configure" -q --host=aarch64-linux-gnu \
 				LDFLAGS="-Wl,-rpath-link,$ax/usr/lib/aarch64-linux-gnu:$ax/lib/aarch64-linux-gnu"; } &&
-		make -s -j2 && make -s install DESTDIR="$astage") >"$work/arm64-build.log" 2>&1; then
+			make -s -j2 && make -s install DESTDIR="$astage")
+	}
+	if cross_build >"$work/arm64-build.log" 2>&1 ||
+		{ rm -rf "$ab" && mkdir -p "$ab" && cross_build >"$work/arm64-build.log" 2>&1; }; then
 		aflags=$(PKG_CONFIG_LIBDIR=$astage/usr/local/lib/pkgconfig:$astage/usr/lib/aarch64-linux-gnu/pkgconfig \
 			PKG_CONFIG_SYSROOT_DIR=$astage pkg-config --cflags --libs mrmgr mrmgr-sim)
 		# shellcheck disable=SC2086 # the flags are a word list on purpose
