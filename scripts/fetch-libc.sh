@@ -2,6 +2,10 @@
 # scripts/fetch-libc.sh SUITE ARCH: fetch the real libc6 package of a
 # Debian release, unpack it, and print the directory that holds its
 # libc.so.6 and its loader (ld-linux-x86-64.so.2 / ld-linux-aarch64.so.1).
+# scripts/fetch-libc.sh SUITE ARCH PACKAGE...: the same for other
+# packages of that release and architecture (e.g. libibverbs-dev for a
+# cross build), unpacked together into SUITE-ARCH-extra/root/, which is
+# printed.
 #
 #   SUITE  one of the suites below; ARCH amd64 | arm64
 #   MRMGR_LIBC_CACHE  where the unpacked trees live (default
@@ -22,14 +26,17 @@
 # stderr and non-zero (2: usage, 1: the fetch failed).
 set -eu
 
-# The suites the libc matrix knows, in one place.
-suites="bullseye trixie sid"
+# The suites the libc matrix knows, in one place (bookworm: the build
+# host's own release, for packages a cross build links against).
+suites="bullseye bookworm trixie sid"
 
 die() { echo "fetch-libc: $*" >&2; exit 1; }
-usage() { echo "usage: $0 SUITE ARCH (SUITE: $suites; ARCH: amd64|arm64)" >&2; exit 2; }
+usage() { echo "usage: $0 SUITE ARCH [PACKAGE...] (SUITE: $suites; ARCH: amd64|arm64)" >&2; exit 2; }
 
-[ $# -eq 2 ] || usage
+[ $# -ge 2 ] || usage
 suite=$1 arch=$2
+shift 2
+pkgs=${*:-libc6}
 case " $suites " in *" $suite "*) ;; *) usage ;; esac
 case $arch in
 amd64) triplet=x86_64-linux-gnu loader=ld-linux-x86-64.so.2 ;;
@@ -44,6 +51,7 @@ if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
 	mkdir -p "$cache"
 fi
 dir=$cache/$suite-$arch
+[ "$pkgs" = libc6 ] || dir=$dir-extra
 
 # The library directory of an unpacked libc6 (usr/lib/TRIPLET since the
 # merged-/usr releases, lib/TRIPLET before: bullseye).
@@ -57,11 +65,22 @@ libdir_of() {
 	return 1
 }
 
+# What to print: the libc's directory, or the root of the extra packages.
+result() {
+	if [ "$pkgs" = libc6 ]; then
+		libdir_of "$dir/root"
+	else
+		echo "$dir/root"
+	fi
+}
+
 # Several CI steps may ask for the same libc at once.
-exec 9>"$cache/.lock-$suite-$arch"
+exec 9>"$cache/.lock-$(basename "$dir")"
 flock 9
 
-if [ -f "$dir/done" ] && libdir_of "$dir/root"; then
+# (An empty done file: libc6, fetched by the first version of this script.)
+if [ -f "$dir/done" ] && { [ "$(cat "$dir/done")" = "$pkgs" ] ||
+	{ [ "$pkgs" = libc6 ] && [ ! -s "$dir/done" ]; }; } && result; then
 	exit 0
 fi
 
@@ -108,7 +127,7 @@ fi
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 [ -r "$keyring" ] || die "$keyring missing (package debian-archive-keyring)"
 
-echo "fetch-libc: fetching libc6 of $suite for $arch into $dir" >&2
+echo "fetch-libc: fetching $pkgs of $suite for $arch into $dir" >&2
 rm -rf "$dir"
 mkdir -p "$dir/apt/lists/partial" "$dir/apt/cache/archives/partial" "$dir/deb"
 : >"$dir/apt/status"
@@ -129,14 +148,20 @@ apt_private() {
 		"$@"
 }
 apt_private update >&2 || die "apt-get update for $suite/$arch failed"
-(cd "$dir/deb" && apt_private download "libc6:$arch") >&2 ||
-	die "apt-get download libc6:$arch ($suite) failed"
-deb=$(ls "$dir"/deb/libc6_*_"$arch".deb 2>/dev/null | head -n 1)
-[ -n "$deb" ] || die "no libc6 .deb downloaded for $suite/$arch"
-dpkg-deb -x "$deb" "$dir/root"
-dpkg-deb -f "$deb" Version >"$dir/version"
-# The index is only needed to find the package: keep the cache small.
+# shellcheck disable=SC2046 # one word per package
+(cd "$dir/deb" && apt_private download $(for p in $pkgs; do echo "$p:$arch"; done)) >&2 ||
+	die "apt-get download $pkgs ($suite, $arch) failed"
+for deb in "$dir"/deb/*.deb; do
+	[ -f "$deb" ] || die "nothing downloaded for $suite/$arch"
+	dpkg-deb -x "$deb" "$dir/root"
+done
+if [ "$pkgs" = libc6 ]; then
+	deb=$(ls "$dir"/deb/libc6_*_"$arch".deb 2>/dev/null | head -n 1)
+	[ -n "$deb" ] || die "no libc6 .deb downloaded for $suite/$arch"
+	dpkg-deb -f "$deb" Version >"$dir/version"
+	libdir_of "$dir/root" >/dev/null || die "no libc.so.6 and $loader in $deb"
+fi
+# The index is only needed to find the packages: keep the cache small.
 rm -rf "$dir/apt/lists" "$dir/apt/cache"
-libdir_of "$dir/root" >/dev/null || die "no libc.so.6 and $loader in $deb"
-: >"$dir/done"
-libdir_of "$dir/root"
+echo "$pkgs" >"$dir/done"
+result

@@ -7,7 +7,8 @@
  * parsed from the start, tens of microseconds in a large process, since
  * the kernel formats every line before the ones wanted. The ioctl is
  * tried first; ENOTTY (or EINVAL, from a kernel whose maps file takes no
- * ioctl) is remembered and the text is used from then on.
+ * ioctl, or ENOSYS, from qemu-user) is remembered and the text is used
+ * from then on.
  *
  * The ioctl goes to one descriptor per process (procfs.h: reopened after
  * fork, since the file is bound to the process that opened it); it keeps
@@ -90,7 +91,8 @@ static int walk_query(uint64_t start, uint64_t last, mrmgr__vma_fn fn,
 
 		if (err == ENOENT)
 			return 0;
-		if (err == ENOTTY || err == EINVAL)
+		/* ENOSYS: qemu-user's answer to an ioctl it does not know. */
+		if (err == ENOTTY || err == EINVAL || err == ENOSYS)
 			return -ENOTTY;
 		if (err)
 			return -err;

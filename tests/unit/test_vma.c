@@ -9,16 +9,22 @@
  */
 #define _GNU_SOURCE /* memfd_create */
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
 
+#include "procfs.h"
 #include "vma.h"
 
 #define PG ((size_t)4096)
@@ -220,4 +226,39 @@ Test(vma, anonymous_huge_pages_are_anonymous)
 	cr_assert_eq(mrmgr__vma_classify((uintptr_t)p, (uintptr_t)p + len - 1,
 					 NULL, NULL), MRMGR__VMA_ANON_PRIVATE);
 	munmap(p, len);
+}
+
+/*
+ * qemu-user answers an ioctl it does not know with ENOSYS, not ENOTTY:
+ * under it every PROCMAP_QUERY failed and every range looked unmapped
+ * (an arm64 program got no cache hit). A filter that answers the ioctl
+ * the same way, here: the text must be used instead.
+ */
+Test(vma, an_ioctl_answered_enosys_falls_back_to_the_text)
+{
+	struct sock_filter prog[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 3),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)MRMGR__PROCMAP_QUERY, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog fp = {
+		.len = sizeof(prog) / sizeof(prog[0]), .filter = prog,
+	};
+	char *p = mmap(NULL, 4 * PG, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct mrmgr__vma v;
+
+	cr_assert_neq(p, MAP_FAILED);
+	cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+	cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp), 0);
+	cr_assert_eq(mrmgr__vma_find((uintptr_t)p + PG, 0, &v), 0);
+	cr_assert_leq(v.start, (uintptr_t)p);
+	cr_assert_geq(v.end, (uintptr_t)p + 4 * PG);
+	cr_assert_eq(mrmgr__vma_classify((uintptr_t)p, (uintptr_t)p + 4 * PG - 1,
+					 NULL, NULL), MRMGR__VMA_ANON_PRIVATE);
+	cr_assert_eq(mrmgr__vma_uses_query(), 0);
+	munmap(p, 4 * PG);
 }
