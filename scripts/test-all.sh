@@ -73,10 +73,9 @@ else
 	step "unit suite under ASan+UBSan+LeakSanitizer (build-asan)"
 	# Suites that cannot run under ASan, and why (doc/testing.md):
 	asan_excluded="
-test_monitor: its heap and mremap cases assume glibc's malloc (mmap threshold, trimming) and that a freed range's address comes back; ASan's allocator quarantines freed memory
-test_monitor_sources: the same assumptions (it waits for events glibc's free would cause, and times out)
+test_monitor: its heap cases assume glibc's malloc (mmap threshold, trimming), and its munmap/mremap cases that a hole they punch stays free until they map it again; under ASan another thread's allocator takes it (EEXIST)
 test_monitor_hooks: libmrmgr_hooks.so interposes malloc/free ahead of libc; under ASan its self-test fails (EPROTO), so no hooks source exists
-test_monitor_cases: the issue-11 cases drive glibc's allocator (mallopt, arena trims, address reuse) and need a two-sided source, which steps aside under a sanitizer
+test_monitor_cases: the issue-11 cases drive glibc's allocator (mallopt, which ASan's allocator refuses; arena trims, address reuse) and need a two-sided source, which steps aside under a sanitizer
 test_monitor_cases_hooks: the same, with libmrmgr_hooks.so ahead of libc (see test_monitor_hooks)
 test_monitor_patch: the patch source steps aside under a sanitizer by design (ASan intercepts the same libc calls); its fallback is what the suite's fallback tests check
 test_monitor_patch_chain: chaining over another patcher needs the patch source, which steps aside under a sanitizer, and glibc's mallopt (ASan's allocator refuses it)"

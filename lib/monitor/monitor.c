@@ -303,7 +303,10 @@ void mrmgr__mon_start(uint32_t mode, int sources)
 		if (!uerr && mode == MRMGR_MONITOR_AUTO && mrmgr__patch_start &&
 		    !warned_sanitizer_uffd) {
 			warned_sanitizer_uffd = 1;
-			mrmgr__warn("monitor (auto): a sanitizer is in the "
+			/* Info, as other automatic fallbacks (ODP's): the
+			 * program keeps caching, and a run under a sanitizer
+			 * prints what it prints without one. */
+			mrmgr__info("monitor (auto): a sanitizer is in the "
 				    "process, so libc is not patched (its "
 				    "allocator unmaps with raw system calls); "
 				    "userfaultfd follows the memory instead, "
