@@ -44,7 +44,8 @@ umount_all() {
 	for m in $mounted; do umount -l "$m" 2>/dev/null || true; done
 	mounted=""
 }
-trap umount_all EXIT INT TERM
+trap umount_all EXIT
+trap 'exit 130' INT TERM
 mount_all() {
 	# /proc for the library's maps reads and the monitor's probes, /sys
 	# for libibverbs' device scan, /dev (and devpts) for /dev/null,
