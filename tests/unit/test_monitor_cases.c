@@ -824,7 +824,11 @@ Test(retry, descriptor_shortage_is_retried, .timeout = 60)
 	while (n)
 		close(fds[--n]);
 	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
-	usleep(250 * 1000); /* past the first back-off */
+	/* Past the back-off, a wall-clock wait of the library's own: 100 ms
+	 * after the failure at creation, or 200 ms after a second failure
+	 * if the get above came that late and retried. usleep() sleeps at
+	 * least this long however loaded the machine is. */
+	usleep(250 * 1000);
 	cr_assert_eq(mrmgr_get(f.cache, q, 64 * PAGE, RW, &r), 0);
 	mrmgr_put(r);
 	cr_assert_eq(sstats(f.ctx).live_mrs, 1, "cached once descriptors are back "
