@@ -434,6 +434,35 @@ static int print_monitor(mrmgr_cache_t *c)
 	return 0;
 }
 
+/*
+ * Said before everything else when no source watches memory (nothing
+ * will be cached): the user who runs mrmgr_info to find out why every get
+ * registers should not have to read the sections below to learn it, nor
+ * what to do about it.
+ */
+static void print_warning(mrmgr_cache_t *c)
+{
+	struct mrmgr_monitor_info mi;
+
+	if (mrmgr_cache_query_monitor(c, &mi, sizeof(mi)) || mi.sources ||
+	    mi.mode == MRMGR_MONITOR_NONE) /* none: asked for, said below */
+		return;
+	section("Warning");
+	printf("  nothing can watch memory here: nothing will be cached, "
+	       "every get registers\n");
+	if (mi.patch_error)
+		printf("  libc's entry points could not be patched: %s%s\n",
+		       strerror(mi.patch_error),
+		       mi.patch_error == ENOEXEC
+			       ? " (a libc we do not know: please report this "
+				 "output, README \"Reporting a bug\")"
+			       : "");
+	printf("  what to do: MRMGR_MONITOR=uffd (userfaultfd), or "
+	       "LD_PRELOAD=libmrmgr_hooks.so, or\n"
+	       "  MRMGR_MONITOR=external and report changes with "
+	       "mrmgr_notify_unmap() (doc/monitor.md)\n");
+}
+
 static int cap_ipc_lock(void)
 {
 	struct __user_cap_header_struct h = {
@@ -539,6 +568,7 @@ int main(int argc, char **argv)
 			ibv_free_device_list(list);
 		return 1;
 	}
+	print_warning(c);
 	bad |= print_config(c, cfgdev.name);
 	bad |= print_monitor(c);
 	bad |= print_memlock(c);

@@ -95,6 +95,23 @@ else
 	echo "mrmgr_info.sh: no libucs.so.0: the chained case is not run"
 fi
 
+# Nothing can watch memory: said first, with what to do (issue 20).
+"$tool" --sim >"$out" 2>"$err"
+check "a working source: no Warning section" sh -c "! grep -q '^Warning\$' '$out'"
+MRMGR_MONITOR=hooks "$tool" --sim >"$out" 2>"$err"
+check "no source: Warning right after Version" \
+	sh -c "sed -n 4p '$out' | grep -q '^Warning\$'"
+check "no source: nothing will be cached" has "^  nothing can watch memory here: nothing will be cached"
+check "no source: what to do" has "^  what to do: MRMGR_MONITOR=uffd"
+if [ -x "$bin" ] && command -v valgrind >/dev/null 2>&1; then
+	# Under valgrind the patch source steps aside: the reason is said too.
+	LD_LIBRARY_PATH="$top_builddir/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+	timeout 300 valgrind -q "$bin" --sim >"$out" 2>"$err"
+	check "under valgrind: Warning" has "^Warning\$"
+	check "under valgrind: why libc was not patched" \
+		has "^  libc's entry points could not be patched: "
+fi
+
 "$tool" >"$out" 2>"$err"
 check "without --sim: exit 0 (got $?)" test $? -eq 0
 check "without --sim: devices or a note" has "^Devices\$"
