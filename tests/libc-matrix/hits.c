@@ -22,9 +22,10 @@
  * unverified_pages=N", that
  * the matrix script puts in its table. Exit status 0 when all three
  * hold, 1 otherwise, 77 when page identity cannot be checked (not root).
- * With --identity-optional (qemu-user, whose guest addresses are not the
- * host's that /proc/self/pagemap describes), 1 and 2 are checked and 3
- * is reported as "stale=n/a" when identity is not available.
+ * With --identity-optional (the matrix's qemu-user runs), 1 and 2 are
+ * checked and 3 is reported as "stale=n/a" when identity is not
+ * available; as root it is, under qemu-user too (the guest's addresses
+ * are the host's there, so pagemap describes the guest's pages).
  *
  * SPDX-License-Identifier: MIT
  */
