@@ -27,8 +27,10 @@
 #   the whole library cross-built (against Debian 12's arm64 libibverbs,
 #   fetched like the libcs; in tests/libc-matrix/arm64-build), installed
 #   into a staging root, and hits.c built against it and run: hits and
-#   the source as on amd64; the stale check needs page identity, which
-#   qemu-user's address space does not give (reported as n/a).
+#   the source as on amd64, and no stale write and no unverified page
+#   (pagemap read at a guest address shows the guest's page: qemu-user
+#   puts guest addresses 1:1 on the host's here); the torture column
+#   stays n/a: it is not run.
 #
 # Ends with one table (libc x arch -> patched, self-test, hits, torture
 # stale) and exits non-zero when any check failed. Environment:

@@ -253,6 +253,31 @@ static int hold_pages(struct mrmgr__sim_mr *m)
 	return 0;
 }
 
+/*
+ * After populating for writing, every anonymous page of the span is the
+ * program's own (exclusively mapped): pinning with FOLL_WRITE replaced
+ * the shared zero page and broke copy-on-write. One that is not means the
+ * populate did not act (an emulator, or a race with fork() or
+ * MADV_DONTNEED in another thread): its PFN would change at the
+ * program's next store with nothing remapped, and a stale report would
+ * be the sim's error, not the cache's. Such a registration is not
+ * verified, and said so once.
+ */
+static int unpinned_page(const struct mrmgr__sim_mr *m, uint64_t e)
+{
+	static int said;
+
+	if (!(m->access & IBV_ACCESS_LOCAL_WRITE) || (e & MRMGR__PM_FILE) ||
+	    (e & MRMGR__PM_EXCLUSIVE))
+		return 0;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		mrmgr__warn("sim: a page of a writable registration is not the "
+			    "program's own after populating it for writing (the "
+			    "shared zero page, or shared copy-on-write): such "
+			    "registrations are not verified (unverified_pages)");
+	return 1;
+}
+
 static int record_pfns(struct mrmgr__sim_mr *m)
 {
 	int err;
@@ -267,6 +292,8 @@ static int record_pfns(struct mrmgr__sim_mr *m)
 		if (!(m->pfns[i] & MRMGR__PM_PRESENT) ||
 		    !(m->pfns[i] & MRMGR__PM_PFN_MASK))
 			return ENOENT; /* e.g. swapped out since: cannot tell */
+		if (unpinned_page(m, m->pfns[i]))
+			return EAGAIN;
 		m->pfns[i] &= MRMGR__PM_PFN_MASK;
 	}
 	return 0;
@@ -325,8 +352,7 @@ static int check_identity(const struct mrmgr__sim_mr *m, uint64_t va,
 			uint64_t e = pm[j], pva = first + (i + j) * PAGE;
 
 			if (!(e & MRMGR__PM_PRESENT) && (e & MRMGR__PM_SWAP) &&
-			    (madvise((void *)(uintptr_t)pva, PAGE,
-				     MADV_POPULATE_READ) != 0 ||
+			    (mrmgr__sim_fault_range(pva, PAGE, 0) != 0 ||
 			     mrmgr__sim_pagemap_read(pva, 1, &e) != 0))
 				e = 0;
 			if (!(e & MRMGR__PM_PRESENT) ||

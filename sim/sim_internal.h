@@ -222,6 +222,21 @@ int mrmgr__sim_odp_access(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m,
 int mrmgr__sim_pin(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m,
 		   int *unverified);
 int mrmgr__sim_populate(uint64_t va, uint64_t len, int write);
+
+/*
+ * sim_populate.c: fault [va, va+len) in for reading or writing as the
+ * kernel's pinning does; 0 or EFAULT (not mapped, or not accessible so).
+ */
+int mrmgr__sim_fault_range(uint64_t va, uint64_t len, int write);
+/* Test hooks (tests/unit/test_sim.c). */
+enum mrmgr__sim_test_flags {
+	/* madvise(MADV_POPULATE_*) answers 0 and does nothing, as under
+	 * qemu-user (set it before the first registration: it is probed). */
+	MRMGR__SIM_TEST_POPULATE_NOOP = 1u << 0,
+	/* ...and the pages are not touched instead: the sim before it knew. */
+	MRMGR__SIM_TEST_NO_TOUCH = 1u << 1,
+};
+extern unsigned int mrmgr__sim_test_flags;
 uint64_t mrmgr__sim_cost_ns(uint64_t fixed, uint64_t per_page, uint64_t pages);
 /* The live, registered sim MR behind mr, or NULL. Lock held. */
 struct mrmgr__sim_mr *mrmgr__sim_mr_live(struct mrmgr__sim_ctx *sctx,

@@ -155,24 +155,7 @@ static int check_reg(const struct mrmgr__sim_ctx *s, void *addr,
 /* Fault the span in, as ib_umem_get()'s pin_user_pages() would. */
 static int populate(uint64_t va, uint64_t len, int write)
 {
-	int advice = write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
-
-	for (;;) {
-		if (madvise((void *)(uintptr_t)va, len, advice) == 0)
-			return 0;
-		if (errno == EINTR)
-			continue;
-		/*
-		 * ENOMEM: part of the range is not mapped; EFAULT: protection
-		 * (e.g. write on read-only) or a SIGBUS area; EINVAL: VM_IO or
-		 * VM_PFNMAP, which pinning refuses too. The kernel's
-		 * registration fails all of these with EFAULT.
-		 */
-		mrmgr__dbg("sim_reg_mr: populate %#llx+%llu failed: %s",
-			   (unsigned long long)va, (unsigned long long)len,
-			   strerror(errno));
-		return EFAULT;
-	}
+	return mrmgr__sim_fault_range(va, len, write);
 }
 
 /* Write-fault the pages of [va, va+n pages) whose pagemap entry fits. */
@@ -194,8 +177,8 @@ static int unshare_runs(uint64_t va, uint64_t npages, uint64_t want_set,
 			       (pm[j + run] & (want_set | want_clear)) == want_set)
 				run++;
 			if (run)
-				(void)madvise((void *)(uintptr_t)(va + (i + j) * PAGE),
-					      run * PAGE, MADV_POPULATE_WRITE);
+				(void)mrmgr__sim_fault_range(va + (i + j) * PAGE,
+							     run * PAGE, 1);
 			else
 				seen_file |= !!(pm[j] & MRMGR__PM_FILE);
 			j += run ? run : 1;

@@ -163,12 +163,8 @@ static int present_ok(const struct mrmgr__sim_odp *o, uint64_t vpn, uint64_t e,
 /* Fault a run of pages in through the mapping, as the kernel would. */
 static int fault_in(uint64_t va, uint64_t npages, int write)
 {
-	int advice = write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
-
-	while (madvise((void *)(uintptr_t)va, npages * PAGE, advice) != 0)
-		if (errno != EINTR)
-			return EFAULT; /* unmapped, PROT_NONE, or read-only */
-	return 0;
+	/* EFAULT: unmapped, PROT_NONE, or read-only */
+	return mrmgr__sim_fault_range(va, npages * PAGE, write);
 }
 
 /* Record pages [va, +npages) as present (writable when w), as mapped now. */
