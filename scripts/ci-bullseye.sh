@@ -110,6 +110,10 @@ if git -C "$top" rev-parse --git-dir >/dev/null 2>&1; then
 else
 	(cd "$top" && tar --exclude='./build*' -cf - .) | tar -xf - -C "$root/src"
 fi
+# The copy has no .git: tests/arch/check-layers.sh scans the files listed
+# here, as it does in a distribution tarball (where make dist writes it).
+(cd "$root/src" && find . -type f ! -path ./tests/arch/dist-files |
+	sed 's|^\./||' | LC_ALL=C sort >tests/arch/dist-files)
 
 in_root /bin/sh -eu -c '
 cd /src

@@ -69,6 +69,26 @@ t0=$(date +%s)
 
 say() { printf '  %s\n' "$*"; }
 bad() { printf '  FAIL %s\n' "$*"; failed=1; }
+# run_hits LABEL COMMAND...: hits.c's run ($w/hits.log), its line read into
+# hits and libcver; ok=0 when it failed.
+run_hits() {
+	label=$1
+	shift
+	set +e
+	"$@" >"$w/hits.log" 2>&1
+	rc=$?
+	set -e
+	line=$(grep '^libc=' "$w/hits.log" || true)
+	hits=$(echo "$line" | sed -n 's/.* hits=\([0-9]*\)\/.*/\1/p')
+	libcver=$(echo "$line" | sed -n 's/^libc=\([^ ]*\) .*/\1/p')
+	if [ $rc -eq 0 ]; then
+		say "hits ($label): $line"
+	else
+		bad "hits ($label) exit $rc: ${line:-no result}"
+		sed 's/^/      /' "$w/hits.log" | head -n 8
+		ok=0
+	fi
+}
 
 # The ELF behind a program libtool may have wrapped.
 real_elf() {
@@ -249,20 +269,7 @@ run_amd64() { # suite
 		ok=0
 	fi
 	# (e)
-	set +e
-	"$w/hits" >"$w/hits.log" 2>&1
-	rc=$?
-	set -e
-	line=$(grep '^libc=' "$w/hits.log" || true)
-	hits=$(echo "$line" | sed -n 's/.* hits=\([0-9]*\)\/.*/\1/p')
-	libcver=$(echo "$line" | sed -n 's/^libc=\([^ ]*\) .*/\1/p')
-	if [ $rc -eq 0 ]; then
-		say "hits (installed library): $line"
-	else
-		bad "hits (installed library) exit $rc: ${line:-no result}"
-		sed 's/^/      /' "$w/hits.log" | head -n 8
-		ok=0
-	fi
+	run_hits "installed library" "$w/hits"
 	# (a) the torture: its stale counts are in its log lines.
 	criterion "$w/torture.log" "$w/test_monitor_cases" --verbose --filter 'torture/*' || ok=0
 	tstale=$(sed -n 's/.*threads: [0-9]* gets, \([0-9]*\) stale.*/\1/p; s/.*cells, [0-9]* threads: \([0-9]*\) stale.*/\1/p' \
@@ -308,20 +315,7 @@ run_arm64() { # suite
 	hits=-
 	if [ -f "$astage/hits" ]; then
 		relink "$astage/hits" "$w/hits" "$ld" "$L:$astage/usr/local/lib:$alib"
-		set +e
-		qemu-aarch64 "$w/hits" --identity-optional >"$w/hits.log" 2>&1
-		rc=$?
-		set -e
-		line=$(grep '^libc=' "$w/hits.log" || true)
-		hits=$(echo "$line" | sed -n 's/.* hits=\([0-9]*\)\/.*/\1/p')
-		libcver=$(echo "$line" | sed -n 's/^libc=\([^ ]*\) .*/\1/p')
-		if [ $rc -eq 0 ]; then
-			say "hits (installed library, arm64): $line"
-		else
-			bad "hits (installed library, arm64) exit $rc: ${line:-no result}"
-			sed 's/^/      /' "$w/hits.log" | head -n 8
-			ok=0
-		fi
+		run_hits "installed library, arm64" qemu-aarch64 "$w/hits" --identity-optional
 	fi
 	echo "$suite|arm64|${libcver:-${ver%%-*}} ($ver)|$patched|$selftest|${hits:-?}|n/a|$([ $ok = 1 ] && echo pass || echo FAIL)" >>"$table"
 }

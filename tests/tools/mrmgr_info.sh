@@ -124,6 +124,8 @@ check "--version" has "^libmrmgr [0-9]"
 if [ $fail -ne 0 ]; then
 	echo "--- last output:" >&2
 	cat "$out" >&2
+	echo "--- its standard error:" >&2
+	cat "$err" >&2
 	exit 1
 fi
 echo "mrmgr_info: sections, sources and exit status as expected"
