@@ -309,9 +309,20 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 		return REREG_KEPT;
 	default:
 		if (!note_unsupported(c, err)) {
+			/* Handled (the next step registers anew), and under a
+			 * tight memlock budget it can happen at every growth:
+			 * said once per process, the rest at debug level and
+			 * in the stats (rereg_fallback_cmd). */
+			static int warned;
+			int first = !__atomic_exchange_n(&warned, 1,
+							 __ATOMIC_RELAXED);
+
 			c->st.rereg_fallback_cmd++;
-			mrmgr__warn("rereg failed (%d, %s): the MR is dropped "
-				    "and registered anew", code, strerror(err));
+			mrmgr__log(first ? MRMGR_LOG_WARN : MRMGR_LOG_DEBUG,
+				   "rereg failed (%d, %s): the MR is dropped "
+				   "and registered anew%s", code, strerror(err),
+				   first ? " (said once; counted in "
+					   "rereg_fallback_cmd)" : "");
 		}
 		return REREG_LOST;
 	}

@@ -113,6 +113,45 @@ Test(grow, err_cmd_and_do_fork_new_deregisters_and_registers_afresh)
 	grow_through_fault(&(struct code_case){ IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW, EIO });
 }
 
+/* A failed rereg is handled (registered anew); under a tight memlock
+ * budget it can happen at every growth, so it is said once per process
+ * and counted every time. */
+static unsigned int rereg_warns, rereg_debugs;
+
+static void count_rereg_lines(enum mrmgr_log_level level, const char *msg,
+			      void *arg)
+{
+	(void)arg;
+	if (!strstr(msg, "rereg failed"))
+		return;
+	rereg_warns += level == MRMGR_LOG_WARN;
+	rereg_debugs += level == MRMGR_LOG_DEBUG;
+}
+
+Test(grow, err_cmd_is_said_once_and_counted_every_time)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = cattr(MRMGR_CACHE_NO_HEADROOM);
+	mrmgr_region_t *r;
+	char *buf = map_rw(64 * KiB, 0);
+
+	mrmgr_set_log_handler(count_rereg_lines, NULL, MRMGR_LOG_DEBUG);
+	fx_open(&f, &sim_big, &a);
+	for (size_t len = 8 * KiB; len <= 32 * KiB; len += 8 * KiB) {
+		if (len > 8 * KiB)
+			rereg_fault(f.ctx, IBV_REREG_MR_ERR_CMD, ENOMEM);
+		cr_assert_eq(mrmgr_get(f.cache, buf, len, RW, &r), 0);
+		write_lands(f.pd, mrmgr_region_rkey(r), buf + len - 8, 'g');
+		mrmgr_put(r);
+	}
+	cr_assert_eq(cstats(f.cache).rereg_fallback_cmd, 3);
+	cr_assert_eq(rereg_warns, 1, "said once, not %u times", rereg_warns);
+	cr_assert_eq(rereg_debugs, 2, "the others at debug level");
+	mrmgr_set_log_handler(NULL, NULL, MRMGR_LOG_WARN);
+	fx_close(&f);
+	munmap(buf, 64 * KiB);
+}
+
 Test(grow, eopnotsupp_is_remembered_for_the_device)
 {
 	grow_through_fault(&(struct code_case){ 0, EOPNOTSUPP });
