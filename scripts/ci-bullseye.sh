@@ -122,7 +122,12 @@ printf "ci-bullseye: %s, %s\n" "$(ldd --version | head -n1)" \
 ./autogen.sh >/dev/null 2>&1
 ./configure -q --enable-werror
 make -s -j2
-if ! make -s -j2 check >check.out 2>&1; then
+# The suites are built in parallel and run one at a time, as in the main
+# run: consumer.sh and check-man.sh `make install` into a staging root,
+# and with the libtool of Debian 11 that rewrites lib/.libs while a suite run
+# beside it loads from there ("libmrmgr-sim.so.1: file too short").
+make -s -j2 check TESTS= >/dev/null
+if ! make -s check >check.out 2>&1; then
 	cat check.out; cat test-suite.log >&2 || true
 	exit 1
 fi
