@@ -67,6 +67,9 @@ struct mrmgr_share_server {
 	char device[64];
 	mrmgr_share_event_fn event_fn;
 	void *event_arg;
+	int check_set;           /* the caller chose who may connect */
+	mrmgr_share_peer_check_fn peer_check;
+	void *peer_check_arg;
 	struct peer *peers;
 	uint64_t next_peer;
 	struct offer *offers;
@@ -148,7 +151,8 @@ MRMGR_EXPORT int mrmgr_share_server_create(mrmgr_cache_t *cache,
 	int ret;
 
 	if (!cache || !out ||
-	    (attr && (attr->comp_mask & ~(uint64_t)MRMGR_SHARE_SERVER_ATTR_EVENTS))) {
+	    (attr && (attr->comp_mask & ~(uint64_t)(MRMGR_SHARE_SERVER_ATTR_EVENTS |
+						    MRMGR_SHARE_SERVER_ATTR_PEER_CHECK)))) {
 		mrmgr__err("mrmgr_share_server_create: %s",
 			   !cache || !out ? "NULL argument" : "unknown comp_mask");
 		return EINVAL;
@@ -171,8 +175,40 @@ MRMGR_EXPORT int mrmgr_share_server_create(mrmgr_cache_t *cache,
 		s->event_fn = attr->event_fn;
 		s->event_arg = attr->event_arg;
 	}
+	if (attr && (attr->comp_mask & MRMGR_SHARE_SERVER_ATTR_PEER_CHECK)) {
+		s->check_set = 1;
+		s->peer_check = attr->peer_check;
+		s->peer_check_arg = attr->peer_check_arg;
+	}
 	*out = s;
 	return 0;
+}
+
+/* An importer gets the device's command fd, and with it every PD and MR
+ * handle of the context (doc/sharing.md): by default only a process that
+ * could already read this one's memory (same uid) or anyone's (root). */
+static int peer_allowed(const struct mrmgr_share_server *s, const struct ucred *cred)
+{
+	int ret;
+
+	if (s->check_set) {
+		ret = s->peer_check ? s->peer_check(cred->pid, cred->uid, cred->gid,
+						    s->peer_check_arg) : 0;
+		if (ret) {
+			mrmgr__warn("share server: peer pid %d uid %u refused by the "
+				    "peer check (%s)", (int)cred->pid,
+				    (unsigned int)cred->uid, strerror(ret));
+			return ret > 0 ? ret : EACCES;
+		}
+		return 0;
+	}
+	if (cred->uid == geteuid() || cred->uid == 0)
+		return 0;
+	mrmgr__warn("share server: peer pid %d uid %u refused: not this process's "
+		    "uid %u nor root (set mrmgr_share_server_attr::peer_check to "
+		    "accept others)", (int)cred->pid, (unsigned int)cred->uid,
+		    (unsigned int)geteuid());
+	return EACCES;
 }
 
 MRMGR_EXPORT int mrmgr_share_server_add_peer(mrmgr_share_server_t *s, int sock,
@@ -191,11 +227,19 @@ MRMGR_EXPORT int mrmgr_share_server_add_peer(mrmgr_share_server_t *s, int sock,
 	ret = mrmgr__share_check_socket("mrmgr_share_server_add_peer", sock);
 	if (ret)
 		return ret;
+	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+		ret = errno;
+		mrmgr__err("mrmgr_share_server_add_peer: the peer's credentials: %s",
+			   strerror(ret));
+		return ret;
+	}
+	ret = peer_allowed(s, &cred);
+	if (ret)
+		return ret;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return ENOMEM;
-	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
-		p->pid = cred.pid;
+	p->pid = cred.pid;
 	memset(&hello, 0, sizeof(hello));
 	hello.version = MRMGR_EXPORT_DESC_VERSION;
 	hello.size = sizeof(hello);

@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <infiniband/verbs.h>
 #include <mrmgr/mrmgr.h>
 
@@ -199,13 +200,30 @@ typedef void (*mrmgr_share_event_fn)(const struct mrmgr_share_event *ev,
 enum mrmgr_share_server_attr_mask {
 	/** @c event_fn and @c event_arg are set. */
 	MRMGR_SHARE_SERVER_ATTR_EVENTS = 1u << 0,
+	/** @c peer_check and @c peer_check_arg are set (since 1.1). */
+	MRMGR_SHARE_SERVER_ATTR_PEER_CHECK = 1u << 1,
 };
+
+/**
+ * Decides whether a connecting peer may share the server's device
+ * (mrmgr_share_server_attr::peer_check). The credentials are the
+ * kernel's (@c SO_PEERCRED, taken when the peer connected), not anything
+ * the peer said. Return 0 to accept, or a positive errno to refuse (the
+ * add fails with it).
+ */
+typedef int (*mrmgr_share_peer_check_fn)(pid_t pid, uid_t uid, gid_t gid,
+					 void *arg);
 
 /** Attributes of a share server. Zero-initialise; set comp_mask bits. */
 struct mrmgr_share_server_attr {
 	uint64_t comp_mask;            /**< enum mrmgr_share_server_attr_mask */
 	mrmgr_share_event_fn event_fn; /**< called for every event */
 	void *event_arg;               /**< passed to @c event_fn */
+	/** Who may connect. Without @c MRMGR_SHARE_SERVER_ATTR_PEER_CHECK,
+	 *  only a peer of the server's effective uid, or root; with the bit
+	 *  and NULL here, any peer (the caller checked the socket itself). */
+	mrmgr_share_peer_check_fn peer_check;
+	void *peer_check_arg;          /**< passed to @c peer_check */
 };
 
 /**
@@ -234,9 +252,17 @@ MRMGR_EXPORT int mrmgr_share_server_create(mrmgr_cache_t *cache,
  * it stays the caller's) and greet it with the device's command
  * descriptor. A peer that closes its socket detaches everything it had.
  * @param srv   the server.
+ * The peer's credentials are the kernel's (@c SO_PEERCRED): by default
+ * only a process of the server's effective uid, or root, is accepted,
+ * since an importer can reach every object of the device context
+ * (doc/sharing.md, "what sharing grants"); widen or narrow it with
+ * mrmgr_share_server_attr::peer_check.
+ *
  * @param sock  a connected UNIX-domain @c SOCK_SEQPACKET socket.
  * @param peer  receives the peer's id, for mrmgr_share_server_offer().
- * @return 0; @c EINVAL (not a @c SOCK_SEQPACKET UNIX socket); the
+ * @return 0; @c EACCES (the peer's uid is not accepted; the socket stays
+ *         the caller's) or the peer check's errno; @c EINVAL (not a
+ *         @c SOCK_SEQPACKET UNIX socket); the
  *         socket's errno.
  */
 MRMGR_EXPORT int mrmgr_share_server_add_peer(mrmgr_share_server_t *srv,
