@@ -86,7 +86,7 @@ static const struct { const char *sym; uint32_t bit; } raw_marks[] = {
 
 /* Foreign definitions, never reused: a slot's wrapper calls its next for
  * the life of the process (a call site may still hold it). */
-#define DEFS 12
+#define DEFS 16
 static struct def {
 	uintptr_t fn;
 	unsigned int call;
@@ -192,15 +192,17 @@ static void *f_sbrk(uintptr_t next, intptr_t inc)
 		[C_SHMAT] = (void (*)(void))shmat_##k,                       \
 		[C_SHMDT] = (void (*)(void))shmdt_##k,                       \
 	}
-WRAP(0) WRAP(1) WRAP(2) WRAP(3) WRAP(4) WRAP(5)
-WRAP(6) WRAP(7) WRAP(8) WRAP(9) WRAP(10) WRAP(11)
+WRAP(0) WRAP(1) WRAP(2) WRAP(3) WRAP(4) WRAP(5) WRAP(6) WRAP(7)
+WRAP(8) WRAP(9) WRAP(10) WRAP(11) WRAP(12) WRAP(13) WRAP(14) WRAP(15)
 static void (*const wrap_fn[DEFS][C_COUNT])(void) = {
-	ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5),
-	ROW(6), ROW(7), ROW(8), ROW(9), ROW(10), ROW(11),
+	ROW(0), ROW(1), ROW(2), ROW(3), ROW(4), ROW(5), ROW(6), ROW(7),
+	ROW(8), ROW(9), ROW(10), ROW(11), ROW(12), ROW(13), ROW(14), ROW(15),
 };
-_Static_assert(DEFS == 12, "one WRAP() and ROW() per definition");
+_Static_assert(DEFS == 16, "one WRAP() and ROW() per definition");
 
 /* ------------------------------------------------------------ state */
+
+int mrmgr__follow_test_fail;
 
 static struct {
 	int scanned;
@@ -532,6 +534,8 @@ static void scan(void)
 	F.err = 0;
 	dl_iterate_phdr(find_defs, NULL);
 	dl_iterate_phdr(redirect, &moved);
+	if (mrmgr__follow_test_fail && F.calls)
+		F.err = EPERM;
 	F.sites += moved;
 	F.followed = F.err ? 0 : F.calls;
 	if (moved || nd != nd_before)

@@ -196,6 +196,8 @@ int mrmgr__patch_sanitizer(void) __attribute__((weak, visibility("hidden")));
 int mrmgr__follow_check(void) __attribute__((weak, visibility("hidden")));
 void mrmgr__follow_info(struct mrmgr_monitor_info *m)
 	__attribute__((weak, visibility("hidden")));
+/* Tests: following fails (EPERM) wherever there is something to follow. */
+extern int mrmgr__follow_test_fail;
 /* auto mode's userfaultfd: in a build without the patch source, or under
  * a sanitizer (monitor.c). */
 int mrmgr__mon_auto_uffd(void);
