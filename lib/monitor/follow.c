@@ -570,4 +570,18 @@ void mrmgr__follow_info(struct mrmgr_monitor_info *m)
 	snprintf(m->foreign_object, sizeof(m->foreign_object), "%s", F.first);
 }
 
+#else /* !MRMGR__PATCH_SUPPORTED */
+
+int mrmgr__follow_test_fail;
+
+int mrmgr__follow_check(void)
+{
+	return 0;
+}
+
+void mrmgr__follow_info(struct mrmgr_monitor_info *m)
+{
+	(void)m;
+}
+
 #endif /* MRMGR__PATCH_SUPPORTED */

@@ -101,13 +101,13 @@ static int patch_started(void)
  * defines outside libc is followed too (follow.c). */
 static int patch_active(void)
 {
-	return patch_started() && (!mrmgr__follow_check || !mrmgr__follow_check());
+	return patch_started() && !mrmgr__follow_check();
 }
 
 /* The patched libc runs but cannot vouch: calls it cannot see. */
 static int patch_blind(void)
 {
-	return patch_started() && mrmgr__follow_check && mrmgr__follow_check();
+	return patch_started() && mrmgr__follow_check();
 }
 
 /*
@@ -384,7 +384,7 @@ void mrmgr__mon_info(struct mrmgr_monitor_info *mi)
 	m.patch_targets = mrmgr__patch_targets();
 	m.patch_chained = mrmgr__patch_chained();
 	m.patch_overwrites = mrmgr__patch_overwrites();
-	if (mrmgr__follow_info && mode_uses_patch(m.mode) && patch_started())
+	if (mode_uses_patch(m.mode) && patch_started())
 		mrmgr__follow_info(&m);
 	if (mrmgr__vma_uses_query())
 		m.uffd_flags |= MRMGR_MONITOR_UFFD_PROCMAP_QUERY;
