@@ -41,7 +41,6 @@
  */
 #include "config.h"
 
-#include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <link.h>
@@ -212,19 +211,47 @@ static struct {
 	uint64_t sites;
 	char first[64];
 	int said_info, said_warn;
-	const char *libc, *self; /* file names to skip */
+	uintptr_t bind[C_COUNT]; /* each call's first definition in load
+				   * order (libc's, unless preloaded): where a
+				   * call site not bound yet will bind */
 } F;
 
-/* An object to leave alone: libc (its entries are patched), libmrmgr,
- * the hooks library (a source of its own), the dynamic linker. */
-static int skipped(const char *name)
+/*
+ * Objects to leave alone: libc (its entries are patched; told by a
+ * symbol of its own), libmrmgr itself (the object holding this code),
+ * the hooks library (a source of its own), the dynamic linker and the
+ * vDSO. No dladdr()/dlsym() here: they take the loader's lock, which a
+ * thread inside dlopen() holds while a constructor may be waiting for
+ * the monitor's lock that this thread holds.
+ */
+static int is_self(const struct dl_phdr_info *info)
 {
-	if (!name)
-		return 1;
-	if ((F.libc && !strcmp(name, F.libc)) || (F.self && !strcmp(name, F.self)))
-		return 1;
-	return strstr(name, "libmrmgr_hooks") || strstr(name, "ld-linux") ||
-	       strstr(name, "linux-vdso") || strstr(name, "linux-gate");
+	uintptr_t me = (uintptr_t)is_self;
+
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type == PT_LOAD && me >= a && me < a + ph->p_memsz)
+			return 1;
+	}
+	return 0;
+}
+
+static int foreign_code(const struct dl_phdr_info *info)
+{
+	const char *name = info->dlpi_name;
+
+	return name && !strstr(name, "libmrmgr_hooks") && !strstr(name, "ld-linux") &&
+	       !strstr(name, "linux-vdso") && !strstr(name, "linux-gate");
+}
+
+/* Where definitions are looked for: not in libmrmgr. Call sites are
+ * redirected in libmrmgr too (its own few calls are reported like any
+ * other, harmlessly), and must be where it is linked into the program. */
+static int skipped(const struct dl_phdr_info *info)
+{
+	return !foreign_code(info) || is_self(info);
 }
 
 static const char *base_name(const char *p)
@@ -255,9 +282,17 @@ static int find_defs(struct dl_phdr_info *info, size_t sz, void *arg)
 {
 	struct mrmgr__patch_image im;
 
+	int libc;
+
 	(void)sz;
 	(void)arg;
-	if (skipped(info->dlpi_name) || !mrmgr__patch_object_syms(info, &im))
+	if (skipped(info) || !mrmgr__patch_object_syms(info, &im))
+		return 0;
+	libc = mrmgr__patch_sym(&im, "gnu_get_libc_version", NULL) != 0;
+	for (unsigned int c = 0; c < C_COUNT; c++)
+		if (!F.bind[c])
+			F.bind[c] = mrmgr__patch_sym(&im, call_name[c], NULL);
+	if (libc)
 		return 0;
 	for (size_t i = 0; i < MRMGR__ARRAY_SIZE(raw_marks); i++)
 		if (mrmgr__patch_sym(&im, raw_marks[i].sym, NULL))
@@ -381,8 +416,7 @@ static int redirect(struct dl_phdr_info *info, size_t sz, void *arg)
 	struct relocs rl;
 
 	(void)sz;
-	if (!info->dlpi_name || !nd || (F.self && !strcmp(info->dlpi_name, F.self)) ||
-	    !read_relocs(info, &rl))
+	if (!nd || !foreign_code(info) || !read_relocs(info, &rl))
 		return 0;
 	for (int t = 0; t < 2; t++)
 		for (size_t i = 0; i < rl.n[t]; i++) {
@@ -406,9 +440,12 @@ static int redirect(struct dl_phdr_info *info, size_t sz, void *arg)
 			if (wrapper_of(v))
 				continue;
 			k = def_of(v, (unsigned int)c);
-			if (k < 0 && type == R_SLOT) {
-				/* Not bound yet (lazy): where it will bind. */
-				want = (uintptr_t)dlsym(RTLD_DEFAULT, name);
+			if (k < 0 && type == R_SLOT && v != F.bind[c]) {
+				/* Not bound yet (lazy): it binds to the first
+				 * definition in the global scope, which is
+				 * load order (libc defines every name, so one
+				 * is found among the objects loaded at start). */
+				want = F.bind[c];
 				k = want ? def_of(want, (unsigned int)c) : -1;
 			}
 			if (k < 0)
@@ -508,27 +545,14 @@ static void say(void)
 		    defs, (unsigned long long)F.sites);
 }
 
-static void file_of(const void *a, const char **name)
-{
-	Dl_info di;
-
-	if (dladdr(a, &di) && di.dli_fname)
-		*name = di.dli_fname;
-}
-
 /* Rescan: definitions, raw marks, call sites. */
 static void scan(void)
 {
 	uint64_t moved = 0;
 	uint32_t before = F.calls, raw_before = F.raw;
 	unsigned int nd_before = nd;
-	void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
 
-	if (libc) {
-		file_of(dlsym(libc, "munmap"), &F.libc);
-		dlclose(libc);
-	}
-	file_of((const void *)(uintptr_t)scan, &F.self);
+	memset(F.bind, 0, sizeof(F.bind));
 	F.calls = 0;
 	F.raw = 0;
 	F.err = 0;
