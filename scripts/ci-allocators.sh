@@ -10,7 +10,12 @@
 # tbbmalloc (its malloc-replacing proxy) and LLVM's scudo (standalone,
 # from libclang-rt-14-dev). Two threads, EVENTS (default 10000) changes
 # each: free/malloc, realloc, munmap/mmap, mmap(MAP_FIXED), MADV_DONTNEED,
-# mremap shrink/grow; seven forked children.
+# mremap shrink/grow; seven forked children. Not sbrk/brk: every one of
+# these allocators moves the break itself (glibc's main arena, tcmalloc's
+# sbrk allocator), and a program shrinking it under them corrupts their
+# heap; a definition's sbrk is followed in tests/unit/test_monitor_follow
+# (sbrk_shrink), libc's in test_monitor_modes. Not shmat/shmdt: no
+# allocator defines them.
 #
 # Each run must have no stale write, every child must pass, and its hits
 # must be at least half of glibc malloc's (following the calls must not
