@@ -282,17 +282,16 @@ static int find_defs(struct dl_phdr_info *info, size_t sz, void *arg)
 {
 	struct mrmgr__patch_image im;
 
-	int libc;
-
 	(void)sz;
 	(void)arg;
-	if (skipped(info) || !mrmgr__patch_object_syms(info, &im))
+	if (!info->dlpi_name || !mrmgr__patch_object_syms(info, &im))
 		return 0;
-	libc = mrmgr__patch_sym(&im, "gnu_get_libc_version", NULL) != 0;
+	/* Every object counts for where a name binds (the hooks library
+	 * preloaded comes first, for one). */
 	for (unsigned int c = 0; c < C_COUNT; c++)
 		if (!F.bind[c])
 			F.bind[c] = mrmgr__patch_sym(&im, call_name[c], NULL);
-	if (libc)
+	if (skipped(info) || mrmgr__patch_sym(&im, "gnu_get_libc_version", NULL))
 		return 0;
 	for (size_t i = 0; i < MRMGR__ARRAY_SIZE(raw_marks); i++)
 		if (mrmgr__patch_sym(&im, raw_marks[i].sym, NULL))
@@ -553,6 +552,7 @@ static void scan(void)
 	unsigned int nd_before = nd;
 
 	memset(F.bind, 0, sizeof(F.bind));
+	F.first[0] = 0;
 	F.calls = 0;
 	F.raw = 0;
 	F.err = 0;
