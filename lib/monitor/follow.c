@@ -4,7 +4,7 @@
  * mremap and sbrk, which enter the kernel without glibc's wrappers: once
  * it is in the global scope, every call of the program binds to it, and
  * libc's patched entry points never see them. Left alone, the cache hands
- * out registrations of pages that are gone (measured: 45 % of gets).
+ * out registrations of pages that are gone (issue 26: 45 % of gets).
  *
  * What this file does, with mrmgr__mon_lock held, when the patched libc
  * starts and again whenever the set of loaded objects changed (dlpi_adds
@@ -24,18 +24,12 @@
  *     cached. The same for code that makes memory system calls of its own
  *     and can be recognised: liburing, a Go runtime.
  *
- * Why not the patch engine on the foreign entry: its hook issues the
- * system call itself, which would skip what the definition does besides
- * (tcmalloc's MallocHook callbacks, which its heap profiler relies on),
- * and calling the definition instead needs its first instruction
- * relocated behind a jump of ours: tcmalloc 2.10's munmap starts with a
- * 2-byte push and has no five dead bytes within a short jump's reach, so
- * the one-instruction rule the engine keeps under running threads cannot
- * hold there. Why not userfaultfd alone: it sees one side of a change
- * (doc/monitor.md), and it changes what the program's own mremap() does.
- * The call sites are what the dynamic linker bound, so what it bound is
- * what is redirected; what does not go through them is in
- * doc/monitor.md ("Memory calls the process defines itself").
+ * Why call sites, not the patch engine on the definition's entry (it
+ * would skip what the definition does besides the system call, and
+ * tcmalloc's munmap leaves no room for the one-instruction jump), nor
+ * userfaultfd alone (one-sided, and it changes what the program's own
+ * mremap() does): doc/monitor.md, "Memory calls the process defines
+ * itself", with what does not go through a call site.
  *
  * SPDX-License-Identifier: MIT
  */
