@@ -6,7 +6,8 @@
 # they are all here; qemu's firmware (qboot.rom, pvh.bin) and TCG module
 # come with qemu-system-x86's hard dependencies, so --no-install-recommends
 # is enough. clang and its runtime (libFuzzer, ASan, UBSan) build the
-# fuzz targets in tests/fuzz/.
+# fuzz targets in tests/fuzz/. The allocators (and scudo, in
+# libclang-rt-14-dev) are the allocator matrix's (scripts/ci-allocators.sh).
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config
       libibverbs-dev ibverbs-providers librdmacm-dev libcriterion-dev
@@ -17,7 +18,9 @@ pkgs="build-essential autoconf automake libtool pkg-config
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
       python3 man-db groff-base openmpi-bin libopenmpi-dev
       dpkg-dev debhelper fakeroot lintian rpm rpmlint
-      patchelf libcapstone-dev debootstrap"
+      patchelf libcapstone-dev debootstrap
+      libtcmalloc-minimal4 libgoogle-perftools4 libjemalloc2 libmimalloc2.0
+      libtbbmalloc2"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -50,6 +50,8 @@ step "examples"
 ./examples/shared_mr >/dev/null
 ./examples/export_import >/dev/null
 ./examples/export_import --rxe >/dev/null 2>&1
+step "allocator matrix: glibc, jemalloc, tcmalloc, mimalloc, tbbmalloc, scudo; preloaded and linked (scripts/ci-allocators.sh)"
+"$top/scripts/ci-allocators.sh"
 step "a default-mode program under valgrind and AddressSanitizer"
 # It must finish (it used to hang under valgrind) and LeakSanitizer must
 # not abort on the monitor's thread. Built here with the system compiler

@@ -352,6 +352,46 @@ static int print_config(mrmgr_cache_t *c, const char *where)
 	return 0;
 }
 
+/*
+ * Memory calls defined outside libc (gperftools' tcmalloc defines its
+ * own mmap, munmap, mremap, sbrk) and code with raw memory system calls:
+ * what was found, and what the library does about it.
+ */
+static void print_foreign(const struct mrmgr_monitor_info *mi)
+{
+	static const char *const calls[] = { "mmap", "mmap64", "munmap",
+		"mremap", "madvise", "posix_madvise", "brk", "sbrk", "shmat",
+		"shmdt" };
+
+	printf("  defined outside libc ");
+	if (!mi->foreign_calls) {
+		printf("nothing: every memory call the process makes is libc's\n");
+	} else {
+		printf("%s (first found) defines", mi->foreign_object);
+		for (unsigned int i = 0; i < sizeof(calls) / sizeof(calls[0]); i++)
+			if (mi->foreign_calls & (1u << i))
+				printf(" %s", calls[i]);
+		if (mi->foreign_followed == mi->foreign_calls && !mi->foreign_error)
+			printf(": followed (%" PRIu64 " call sites redirected "
+			       "through libmrmgr's wrappers, both sides)\n",
+			       mi->foreign_sites);
+		else
+			printf(": NOT followed (%s): userfaultfd watches "
+			       "instead where it runs, else nothing is cached\n",
+			       strerror(mi->foreign_error));
+	}
+	if (mi->raw_runtimes)
+		printf("  raw memory calls     %s%s%s: the patched libc cannot see "
+		       "them; userfaultfd watches instead where it runs, else "
+		       "nothing is cached\n",
+		       mi->raw_runtimes & MRMGR_MONITOR_RAW_IO_URING
+			       ? "liburing (IORING_OP_MADVISE)" : "",
+		       mi->raw_runtimes == (MRMGR_MONITOR_RAW_IO_URING |
+					    MRMGR_MONITOR_RAW_GO) ? ", " : "",
+		       mi->raw_runtimes & MRMGR_MONITOR_RAW_GO
+			       ? "a Go runtime (its scavenger's madvise/munmap)" : "");
+}
+
 static int print_monitor(mrmgr_cache_t *c)
 {
 	static const char *const modes[] = { "auto", "uffd", "hooks",
@@ -369,8 +409,13 @@ static int print_monitor(mrmgr_cache_t *c)
 		       "internal calls included (not raw syscall())\n");
 	else if (mi.patch_error)
 		printf("not active: %s\n", strerror(mi.patch_error));
+	else if (mi.foreign_error || mi.raw_runtimes)
+		printf("installed, but it vouches for nothing: this process "
+		       "changes memory with calls it cannot see (below)\n");
 	else
 		printf("not used in this mode\n");
+	if (mi.mode == MRMGR_MONITOR_AUTO || mi.mode == MRMGR_MONITOR_PATCH)
+		print_foreign(&mi);
 	if (mi.sources & MRMGR_MONITOR_SRC_PATCH) {
 		/* Beside another patcher (UCX's libucm, libfabric's
 		 * memhooks) the hooks call its code: say so, since a user

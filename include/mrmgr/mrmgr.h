@@ -638,6 +638,32 @@ enum mrmgr_monitor_unwatched_cause {
 	MRMGR_MONITOR_UNWATCHED_REFUSED = 1u << 5,
 };
 
+/** Bits of mrmgr_monitor_info::foreign_calls and mrmgr_monitor_info::foreign_followed:
+ *  the memory calls the monitor follows wherever the process defines them. */
+enum mrmgr_monitor_call {
+	MRMGR_MONITOR_CALL_MMAP = 1u << 0,
+	MRMGR_MONITOR_CALL_MMAP64 = 1u << 1,
+	MRMGR_MONITOR_CALL_MUNMAP = 1u << 2,
+	MRMGR_MONITOR_CALL_MREMAP = 1u << 3,
+	MRMGR_MONITOR_CALL_MADVISE = 1u << 4,
+	MRMGR_MONITOR_CALL_POSIX_MADVISE = 1u << 5,
+	MRMGR_MONITOR_CALL_BRK = 1u << 6,
+	MRMGR_MONITOR_CALL_SBRK = 1u << 7,
+	MRMGR_MONITOR_CALL_SHMAT = 1u << 8,
+	MRMGR_MONITOR_CALL_SHMDT = 1u << 9,
+};
+
+/** Bits of mrmgr_monitor_info::raw_runtimes: code in the process that
+ *  changes memory with system calls of its own. */
+enum mrmgr_monitor_raw {
+	/** liburing (io_uring_queue_init): IORING_OP_MADVISE discards pages
+	 *  with no libc call. */
+	MRMGR_MONITOR_RAW_IO_URING = 1u << 0,
+	/** A Go runtime (cgo: crosscall2, _cgo_topofstack): its heap
+	 *  scavenger madvises and unmaps with raw system calls. */
+	MRMGR_MONITOR_RAW_GO = 1u << 1,
+};
+
 /** Bits of mrmgr_monitor_info::uffd_flags. */
 enum mrmgr_monitor_uffd_flags {
 	/** Opened with UFFD_USER_MODE_ONLY (unprivileged process). */
@@ -680,6 +706,12 @@ struct mrmgr_monitor_info {
 	uint64_t retries;         /**< process: sources tried again after a transient failure (EMFILE, ENOMEM, ...) */
 	uint32_t patch_chained;   /**< process: of patch_targets, the functions whose hook calls another patcher's (UCX's libucm, libfabric's memhooks, ...) that was there first or took over later; bit 7: sbrk, redirected only in that case */
 	uint32_t patch_overwrites; /**< process: times another library overwrote libc's entry points after libmrmgr patched them (each time every cache was invalidated and libmrmgr chained on top again, with one warning the first time) */
+	uint32_t foreign_calls;    /**< process: memory calls (enum mrmgr_monitor_call bits) that a loaded object other than libc defines itself, such as gperftools' tcmalloc (mmap, mmap64, munmap, mremap, sbrk), checked at start and whenever objects are loaded or unloaded */
+	uint32_t foreign_followed; /**< process: of mrmgr_monitor_info::foreign_calls, those libmrmgr follows (every loaded object's call sites bound to them go through its wrappers) */
+	int32_t foreign_error;     /**< process: why some of mrmgr_monitor_info::foreign_calls are not followed (errno), 0 when all are; the default mode then takes userfaultfd, else caches nothing */
+	uint32_t raw_runtimes;     /**< process: enum mrmgr_monitor_raw bits: code that makes memory system calls no libc entry sees (liburing, a Go runtime); the default mode then takes userfaultfd */
+	uint64_t foreign_sites;    /**< process: call sites (GOT/PLT slots of loaded objects) redirected to libmrmgr's wrappers */
+	char foreign_object[64];   /**< process: file name of the first object found defining one of mrmgr_monitor_info::foreign_calls, "" when none */
 };
 
 /**

@@ -92,9 +92,22 @@ uint64_t mrmgr__mon_retries;
 
 static int warned_no_source, warned_sanitizer_uffd;
 
-static int patch_active(void)
+static int patch_started(void)
 {
 	return mrmgr__patch_start && mrmgr__patch_start() == 0;
+}
+
+/* The patched libc vouches only when every memory call the process
+ * defines outside libc is followed too (follow.c). */
+static int patch_active(void)
+{
+	return patch_started() && !mrmgr__follow_check();
+}
+
+/* The patched libc runs but cannot vouch: calls it cannot see. */
+static int patch_blind(void)
+{
+	return patch_started() && mrmgr__follow_check();
 }
 
 /*
@@ -110,7 +123,8 @@ static int patch_active(void)
 int mrmgr__mon_auto_uffd(void)
 {
 	return !mrmgr__patch_start ||
-	       (mrmgr__patch_sanitizer && mrmgr__patch_sanitizer());
+	       (mrmgr__patch_sanitizer && mrmgr__patch_sanitizer()) ||
+	       patch_blind();
 }
 
 /* Modes that take the patched libc: auto prefers it, patch is it alone. */
@@ -262,6 +276,8 @@ static const char *patch_why(uint32_t mode)
 		return "not built in";
 	if (mrmgr__patch_sanitizer && mrmgr__patch_sanitizer())
 		return "a sanitizer is in the process";
+	if (patch_blind())
+		return "memory calls it cannot see (see the warning above)";
 	(void)mrmgr__patch_state(&err);
 	return err ? strerror(err) : "not used";
 }
@@ -301,6 +317,7 @@ void mrmgr__mon_start(uint32_t mode, int sources)
 	     (mode == MRMGR_MONITOR_AUTO && mrmgr__mon_auto_uffd())) && !any) {
 		any |= !(uerr = mrmgr__uffd_start());
 		if (!uerr && mode == MRMGR_MONITOR_AUTO && mrmgr__patch_start &&
+		    mrmgr__patch_sanitizer && mrmgr__patch_sanitizer() &&
 		    !warned_sanitizer_uffd) {
 			warned_sanitizer_uffd = 1;
 			/* Info, as other automatic fallbacks (ODP's): the
@@ -367,6 +384,8 @@ void mrmgr__mon_info(struct mrmgr_monitor_info *mi)
 	m.patch_targets = mrmgr__patch_targets();
 	m.patch_chained = mrmgr__patch_chained();
 	m.patch_overwrites = mrmgr__patch_overwrites();
+	if (mode_uses_patch(m.mode) && patch_started())
+		mrmgr__follow_info(&m);
 	if (mrmgr__vma_uses_query())
 		m.uffd_flags |= MRMGR_MONITOR_UFFD_PROCMAP_QUERY;
 	mrmgr__watch_stats(&m.watched_ranges, &m.watched_runs, &m.watch_budget);

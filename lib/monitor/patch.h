@@ -102,6 +102,17 @@ extern unsigned int mrmgr__patch_probe_on, mrmgr__patch_probe_seen;
 #define MRMGR__PATCH_BRK_PROBE ((void *)1)
 #define MRMGR__PATCH_SBRK_PROBE INTPTR_MIN
 
+/* The chaining hooks' bodies around next, for follow.c's wrappers of
+ * the memory calls another object defines (patch_hooks.c). */
+int mrmgr__follow_munmap(uintptr_t next, void *a, size_t l);
+void *mrmgr__follow_mremap(uintptr_t next, void *o, size_t ol, size_t nl,
+			   int f, void *d);
+int mrmgr__follow_madvise(uintptr_t next, void *a, size_t l, int adv);
+void *mrmgr__follow_mmap(uintptr_t next, void *a, size_t l, int p, int f,
+			 int fd, long o);
+void *mrmgr__follow_shmat(uintptr_t next, int id, const void *a, int flg);
+int mrmgr__follow_shmdt(uintptr_t next, const void *a);
+
 /* ------------------------------------------------------------ image */
 
 #include <link.h>
@@ -118,6 +129,10 @@ struct mrmgr__patch_image {
 };
 /* dl_iterate_phdr() callback filling the image that holds im->want. */
 int mrmgr__patch_find_image(struct dl_phdr_info *info, size_t sz, void *im);
+/* Any loaded object's dynamic symbol table into *im (no text range):
+ * 1 when it has one. */
+int mrmgr__patch_object_syms(const struct dl_phdr_info *info,
+			     struct mrmgr__patch_image *im);
 /* A defined function symbol's address and size by name; 0 if absent. */
 uintptr_t mrmgr__patch_sym(const struct mrmgr__patch_image *im,
 			   const char *name, size_t *size);

@@ -709,3 +709,44 @@ void (*const mrmgr__patch_hook_fn[MRMGR__PT_COUNT])(void) = {
 };
 
 #endif /* MRMGR__PATCH_SUPPORTED */
+
+#if MRMGR__PATCH_SUPPORTED
+/* ------------------------------------------------------------ followed */
+
+/*
+ * The chaining hooks' bodies, for follow.c's wrappers around the memory
+ * calls another object of the process defines itself (tcmalloc's mmap,
+ * munmap, ...): the same ranges, reported around the call of next.
+ */
+int mrmgr__follow_munmap(uintptr_t next, void *a, size_t l)
+{
+	return chain_munmap(next, a, l);
+}
+
+void *mrmgr__follow_mremap(uintptr_t next, void *o, size_t ol, size_t nl,
+			   int f, void *d)
+{
+	return chain_mremap(next, o, ol, nl, f, d);
+}
+
+int mrmgr__follow_madvise(uintptr_t next, void *a, size_t l, int adv)
+{
+	return chain_madvise(next, a, l, adv);
+}
+
+void *mrmgr__follow_mmap(uintptr_t next, void *a, size_t l, int p, int f,
+			 int fd, long o)
+{
+	return chain_mmap(next, a, l, p, f, fd, o);
+}
+
+void *mrmgr__follow_shmat(uintptr_t next, int id, const void *a, int flg)
+{
+	return chain_shmat(next, id, a, flg);
+}
+
+int mrmgr__follow_shmdt(uintptr_t next, const void *a)
+{
+	return chain_shmdt(next, a);
+}
+#endif /* MRMGR__PATCH_SUPPORTED */

@@ -84,6 +84,35 @@ int mrmgr__patch_find_image(struct dl_phdr_info *info, size_t sz, void *arg)
 	return 1;
 }
 
+int mrmgr__patch_object_syms(const struct dl_phdr_info *info,
+			     struct mrmgr__patch_image *im)
+{
+	const ElfW(Dyn) *dyn = NULL;
+
+	memset(im, 0, sizeof(*im));
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			dyn = (const ElfW(Dyn) *)(info->dlpi_addr +
+						  info->dlpi_phdr[i].p_vaddr);
+	if (!dyn)
+		return 0;
+	im->base = info->dlpi_addr;
+	for (; dyn->d_tag != DT_NULL; dyn++) {
+		if (dyn->d_tag == DT_SYMTAB)
+			im->sym = (const ElfW(Sym) *)dyn_ptr(im->base, dyn->d_un.d_ptr);
+		else if (dyn->d_tag == DT_STRTAB)
+			im->str = (const char *)dyn_ptr(im->base, dyn->d_un.d_ptr);
+		else if (dyn->d_tag == DT_GNU_HASH)
+			im->nsym = gnu_hash_count(
+				(const uint32_t *)dyn_ptr(im->base, dyn->d_un.d_ptr));
+		else if (dyn->d_tag == DT_HASH && !im->nsym)
+			im->nsym = ((const uint32_t *)dyn_ptr(im->base,
+							      dyn->d_un.d_ptr))[1];
+	}
+	im->found = im->sym && im->str && im->nsym;
+	return im->found;
+}
+
 /* A defined function symbol's address and size by name; 0 if absent. */
 uintptr_t mrmgr__patch_sym(const struct mrmgr__patch_image *im, const char *name, size_t *size)
 {

@@ -31,6 +31,7 @@ for s in Version Configuration "Memory-event sources" "Memlock budget" Devices; 
 	check "section \"$s\"" has "^$s\$"
 done
 check "version line" has "^  libmrmgr [0-9]+\.[0-9]+"
+check "memory calls defined outside libc reported" has "^  defined outside libc "
 check "MRMGR_MAX_BYTES from the default" entry MRMGR_MAX_BYTES "[0-9]+" default
 check "MRMGR_MONITOR from the default" entry MRMGR_MONITOR auto default
 check "RLIMIT_MEMLOCK reported" has "^  RLIMIT_MEMLOCK +soft"

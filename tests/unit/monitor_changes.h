@@ -491,4 +491,44 @@ static void ch_io_uring_dontneed(struct area *a)
 	cr_assert_eq(ret, 0, "IORING_OP_MADVISE: %s", strerror(-ret));
 }
 
+/* ------------------------------------------------------------ raw runtimes */
+
+/*
+ * Code that changes memory with system calls of its own, recognised by
+ * its symbols (tests/unit/raw_runtime.c): a Go runtime (cgo's
+ * crosscall2) whose scavenger releases pages with a raw madvise, and
+ * liburing (io_uring_queue_init). Loaded before the cache starts, as a
+ * program's own libraries are.
+ */
+#ifndef TEST_LIBDIR
+#define TEST_LIBDIR "."
+#endif
+static void load_raw(const char *lib)
+{
+	cr_assert_not_null(dlopen(lib, RTLD_NOW | RTLD_GLOBAL), "%s", dlerror());
+}
+
+static void setup_go(struct area *a)
+{
+	load_raw(TEST_LIBDIR "/libraw_go.so");
+	setup_anon(a);
+}
+
+static void setup_uring(struct area *a)
+{
+	load_raw(TEST_LIBDIR "/libraw_uring.so");
+	setup_anon(a);
+}
+
+/* The Go scavenger's release: madvise(MADV_DONTNEED) as a raw system
+ * call from the runtime's own code. */
+static void ch_go_scavenge(struct area *a)
+{
+	long (*release)(void *, size_t, int) =
+		(long (*)(void *, size_t, int))dlsym(RTLD_DEFAULT, "raw_release");
+
+	cr_assert_not_null(release);
+	cr_assert_eq(release(a->p, a->len, MADV_DONTNEED), 0);
+}
+
 #endif

@@ -80,6 +80,7 @@ struct row {
 	void (*change)(struct area *);
 	void (*teardown)(struct area *);
 	enum expect e[C_COUNT]; /* auto, uffd, hooks, external, sanitizer */
+	int auto_uffd; /* auto recognises the cause and takes userfaultfd */
 };
 
 #define F FOLLOW
@@ -96,7 +97,8 @@ enum rowid {
 	R_REMOVE, R_GUARD, R_RAW_GUARD, R_SBRK, R_RAW_BRK, R_FREE_CHUNK,
 	R_SHMAT_REMAP, R_RAW_SHMAT_REMAP, R_SHMDT, R_TRUNCATE, R_FORK,
 	R_MPROTECT, R_PROCESS_MADVISE, R_IO_URING_DONTNEED, R_ARENA_TRIM,
-	R_REALLOC_CHUNK, R_MALLOC_TRIM, R_MEMFD_SHARED, R_COUNT
+	R_REALLOC_CHUNK, R_MALLOC_TRIM, R_MEMFD_SHARED, R_GO_SCAVENGE,
+	R_URING_LIB_DONTNEED, R_COUNT
 };
 
 /*                                  auto uffd hooks ext  san */
@@ -131,6 +133,10 @@ static const struct row rows[R_COUNT] = {
 	[R_REALLOC_CHUNK] = { "realloc() moving an mmap'd chunk", setup_chunk_blocked, ch_realloc_chunk, teardown_chunk, { F, F, F, F, F } },
 	[R_MALLOC_TRIM] = { "malloc_trim() of a free heap chunk", setup_heap_chunk, ch_malloc_trim, teardown_heap_chunk, { F, F, F, F, F } },
 	[R_MEMFD_SHARED] = { "shared memfd mapping, truncated", setup_memfd_shared, ch_memfd_truncate, teardown_file, { U, U, U, F, U } },
+	/* Raw system calls of code auto recognises (liburing, a Go
+	 * runtime): it says so and takes userfaultfd. */
+	[R_GO_SCAVENGE] = { "a Go runtime's raw madvise (its scavenger)", setup_go, ch_go_scavenge, GONE, { F, F, X, F, F }, 1 },
+	[R_URING_LIB_DONTNEED] = { "io_uring MADV_DONTNEED, liburing in the process", setup_uring, ch_io_uring_dontneed, GONE, { F, F, X, F, F }, 1 },
 	/* cell_arena(), not cell(): in a thread of its own */
 	[R_ARENA_TRIM] = { "a thread arena's heap trimmed", NULL, NULL, NULL, { F, F, X, F, F } },
 };
@@ -202,7 +208,18 @@ static void cell(enum rowid id, enum col c)
 	    !minfo(f.cache).uffd_error)
 		cr_assert_eq(src, MRMGR_MONITOR_SRC_UFFD, "auto under a sanitizer "
 			     "must take userfaultfd (sources %#x)", src);
-	if ((c == C_AUTO && !real_sanitizer() && !(src & MRMGR_MONITOR_SRC_PATCH)) ||
+	if (c == C_AUTO && w->auto_uffd && !real_sanitizer()) {
+		cr_assert_neq(minfo(f.cache).raw_runtimes, 0,
+			      "%s: not recognised", w->what);
+		cr_assert_eq(src & MRMGR_MONITOR_SRC_PATCH, 0,
+			     "%s: the patched libc vouches for what it cannot see",
+			     w->what);
+		if (!src) { /* userfaultfd refused: nothing cached */
+			e = UNCACHED;
+		} else {
+			cr_assert_eq(src, MRMGR_MONITOR_SRC_UFFD);
+		}
+	} else if ((c == C_AUTO && !real_sanitizer() && !(src & MRMGR_MONITOR_SRC_PATCH)) ||
 	    ((c == C_UFFD || c == C_SAN || (c == C_AUTO && real_sanitizer())) &&
 	     src != MRMGR_MONITOR_SRC_UFFD) ||
 	    (c == C_HOOKS && !(src & MRMGR_MONITOR_SRC_HOOKS))) {
@@ -417,6 +434,8 @@ ROW(R_IO_URING_DONTNEED, io_uring_madv_dontneed)
 ROW(R_REALLOC_CHUNK, realloc_mmapped_chunk)
 ROW(R_MALLOC_TRIM, malloc_trim)
 ROW(R_MEMFD_SHARED, shared_memfd_truncate)
+ROW(R_GO_SCAVENGE, go_runtime_raw_madvise)
+ROW(R_URING_LIB_DONTNEED, io_uring_madv_dontneed_liburing)
 
 #ifdef MRMGR_TEST_HOOKS_BUILD
 Test(hooks, thread_arena_trim) { cell_arena(C_HOOKS); }
