@@ -8,6 +8,7 @@
 #   tests/rxe/run-in-vm.sh 'COMMAND STRING'     run through bash -c
 #   tests/rxe/run-in-vm.sh PROG ARG...          run PROG with exact argv
 #   tests/rxe/run-in-vm.sh                      interactive shell (debugging)
+#   tests/rxe/run-in-vm.sh --prepare-only       fetch and build, boot nothing
 #
 # What happens:
 #   * Debian's current 6.1 kernel package (linux-image-<abi>-amd64-unsigned)
@@ -55,6 +56,10 @@
 #                         host's / (e.g. a debootstrap root of a newer
 #                         Debian); the share and the cwd, when under it,
 #                         appear in the guest at their paths inside it
+#   MRMGR_VM_NET          socket-listen:PORT | socket-connect:PORT: a virtio
+#                         NIC (eth0, 192.0.2.N) linked to another guest by
+#                         a qemu socket netdev on 127.0.0.1:PORT; rxe0 on it
+#   MRMGR_VM_NODE         N (1..4) with MRMGR_VM_NET: hostname nodeN
 #   MRMGR_VM_NET_MTU      MTU of the netdev(s) under rxe [the default, 1500]
 #   MRMGR_VM_TCG_THREAD   single: one host thread for all vCPUs (TCG only);
 #                         two vCPU threads crashed 2 of 11 boots of 7.3.4
@@ -75,6 +80,8 @@ VERBOSE=${MRMGR_VM_VERBOSE:-0}
 # Top-level modules the guest needs; their dependencies are added by modprobe.
 REQUIRED_MODULES=${MRMGR_VM_MODULES:-"virtio_pci 9pnet_virtio 9p overlay dummy veth
                   crc32_generic rdma_rxe ib_uverbs rdma_ucm ib_umad"}
+# A node on a link between guests has a virtio NIC.
+[ -z "${MRMGR_VM_NET:-}" ] || REQUIRED_MODULES="$REQUIRED_MODULES virtio_net"
 # Accelerated variants: nice to have, but they refuse to load on CPU models
 # that lack the instructions (qemu64 under TCG), so failures are tolerated.
 OPTIONAL_MODULES="crc32-pclmul"
@@ -271,14 +278,26 @@ mount -t 9p -o "$NINEP,cache=mmap" buildtree "$R$RW_DIR" || die "mount 9p buildt
 if [ -d "$R$KMOD_DIR" ]; then
     mkdir -p "$R/lib/modules/$KVER" && mount --bind "$R$KMOD_DIR" "$R/lib/modules/$KVER"
 fi
-hostname mrmgr-vm
+if [ -n "$NODE" ]; then hostname "node$NODE"; else hostname mrmgr-vm; fi
 
 # Network and Soft-RoCE, with the host's own ip and rdma tools.
 # (Through env: busybox's chroot would run its own "ip" applet, not the host's.)
 run() { chroot $R /usr/bin/env "$@"; }
 nodad() { echo 0 >"/proc/sys/net/ipv6/conf/$1/accept_dad"; }
 run ip link set lo up
-if [ "$TWO_DEVICES" = 1 ]; then
+if [ -n "$NODE" ]; then
+    # One node of a link between guests: the virtio NIC (eth0) is the wire,
+    # the host's end a socket on 127.0.0.1. 192.0.2.0/24 (TEST-NET-1)
+    # exists only on this emulated link.
+    ls /sys/class/net/eth0 >/dev/null 2>&1 || die "no eth0 (virtio-net)"
+    nodad eth0
+    [ -z "$NET_MTU" ] || run ip link set eth0 mtu "$NET_MTU" || die "eth0 mtu $NET_MTU"
+    run ip addr add "192.0.2.$NODE/24" dev eth0 || die "eth0 address"
+    run ip link set eth0 up || die "eth0 up"
+    for n in 1 2 3 4; do echo "192.0.2.$n node$n"; done >>$R/etc/hosts
+    run rdma link add rxe0 type rxe netdev eth0 || die "rdma link add rxe0"
+    DEVS=rxe0
+elif [ "$TWO_DEVICES" = 1 ]; then
     run ip link add rdmaveth0 type veth peer name rdmaveth1 || die "veth pair"
     nodad rdmaveth0; nodad rdmaveth1
     if [ -n "$NET_MTU" ]; then
@@ -393,8 +412,25 @@ else
 fi
 log "initramfs $initrd_state ($(since "$t1") s)"
 flock -u "$lockfd"
+# --prepare-only: the kernel and the initramfs are ready; boot nothing (for
+# callers that start several guests at once, tests/rxe/two-node.sh).
+[ "${1:-}" != --prepare-only ] || exit 0
 
 # -------------------------------------------------------------- this run ---
+# A node on a link between guests: a virtio NIC whose other end is a qemu
+# socket netdev on 127.0.0.1 (listen on one node, connect on the other).
+node="" nic=(-nic none)
+case ${MRMGR_VM_NET:-} in
+"") ;;
+socket-listen:[0-9]* | socket-connect:[0-9]*)
+    node=${MRMGR_VM_NODE:-}
+    case $node in [1-4]) ;; *) infra_fail "MRMGR_VM_NET needs MRMGR_VM_NODE=1..4" ;; esac
+    mode=${MRMGR_VM_NET%%:*}
+    nic=(-netdev "socket,id=link0,${mode#socket-}=127.0.0.1:${MRMGR_VM_NET#*:}"
+         -device "virtio-net-pci,netdev=link0,mac=52:54:00:6d:72:0$node")
+    ;;
+*) infra_fail "MRMGR_VM_NET: socket-listen:PORT or socket-connect:PORT, not $MRMGR_VM_NET" ;;
+esac
 CWD=$(pwd -P)
 if [ -n "${MRMGR_VM_SHARE:-}" ]; then
     RW_DIR=$(cd "$MRMGR_VM_SHARE" && pwd -P)
@@ -433,6 +469,7 @@ fi
     echo "KMOD_DIR=$(sq "$KROOT/lib/modules/$KVER")"
     echo "TWO_DEVICES=$(sq "${MRMGR_VM_TWO_DEVICES:-0}")"
     echo "NET_MTU=$(sq "${MRMGR_VM_NET_MTU:-}")"
+    echo "NODE=$(sq "$node")"
     echo "INTERACTIVE=$interactive"
     echo "VERBOSE=$(sq "$VERBOSE")"
 } >"$CTL_DIR/config"
@@ -499,7 +536,7 @@ bios=()
 
 qemu=(qemu-system-x86_64
       -machine q35 "${bios[@]}" -accel "$accel_opt" "${cpu[@]}" -m "$MEM" -smp "$SMP"
-      -vga none -nic none -nographic -no-reboot
+      -vga none "${nic[@]}" -nographic -no-reboot
       -kernel "$KERNEL" -initrd "$INITRD" -append "$append"
       # (qemu option values escape "," as ",,")
       -virtfs "local,path=${GUEST_ROOT//,/,,},mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
