@@ -220,6 +220,53 @@ static int all_bytes(const unsigned char *p, size_t len, int c, const char *what
 
 /* ------------------------------------------------------------ server */
 
+/*
+ * Step 2 of the server: free() the RPC's buffer (its region idle in @p c),
+ * map fresh memory filled 'B' at the same address (*reused, *rlen bytes),
+ * and get the next RPC's buffer (*other, 'o', held in *r2), which runs the
+ * cache. 1 when the cache invalidated and deregistered the old
+ * registration by then.
+ */
+static int free_and_reuse(mrmgr_cache_t *c, unsigned char *buf,
+			  unsigned char **reused, size_t *rlen,
+			  unsigned char **other, mrmgr_region_t **r2)
+{
+	struct mrmgr_stats st0, st1;
+	int ret;
+
+	if ((ret = mrmgr_cache_query_stats(c, &st0, sizeof(st0))))
+		errno = ret, die("mrmgr_cache_query_stats");
+	free(buf);
+	/* glibc's chunk: a header, then the 1 MiB, in one mapping of
+	 * LEN + a page from the page below buf. */
+	uintptr_t page = (uintptr_t)buf & ~(uintptr_t)4095;
+	*rlen = LEN + 4096;
+	*reused = mmap((void *)page, *rlen, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (*reused != (void *)page)
+		die("mmap at the freed address (was it unmapped?)");
+	memset(*reused, 'B', *rlen);
+	*other = malloc(LEN);
+	if (!*other)
+		die("malloc");
+	memset(*other, 'o', LEN);
+	if ((ret = mrmgr_get(c, *other, LEN, IBV_ACCESS_LOCAL_WRITE |
+			     IBV_ACCESS_REMOTE_WRITE, r2)))
+		errno = ret, die("mrmgr_get of the next RPC's buffer");
+	if ((ret = mrmgr_cache_query_stats(c, &st1, sizeof(st1))))
+		errno = ret, die("mrmgr_cache_query_stats");
+	printf("%s: free(): invalidations %llu -> %llu, deregistrations %llu -> %llu\n",
+	       role, (unsigned long long)st0.invalidations,
+	       (unsigned long long)st1.invalidations,
+	       (unsigned long long)st0.deregistrations,
+	       (unsigned long long)st1.deregistrations);
+	if (st1.invalidations > st0.invalidations &&
+	    st1.deregistrations > st0.deregistrations)
+		return 1;
+	printf("%s: the free() did not invalidate the cached registration\n", role);
+	return 0;
+}
+
 static int server(int port)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET,
@@ -229,9 +276,9 @@ static int server(int port)
 	struct node n;
 	mrmgr_cache_t *c = NULL;
 	mrmgr_region_t *r = NULL, *r2 = NULL;
-	struct mrmgr_stats st0, st1;
 	int one = 1, lfd, ok = 1, ret;
-	unsigned char *buf, *other;
+	unsigned char *buf, *other, *reused;
+	size_t rlen;
 	char status;
 
 	role = "rpc_stale server";
@@ -274,38 +321,7 @@ static int server(int port)
 
 	/* 2. free(): the cached registration must go; the same address is
 	 * reused at once, and the next RPC gets another buffer. */
-	if ((ret = mrmgr_cache_query_stats(c, &st0, sizeof(st0))))
-		errno = ret, die("mrmgr_cache_query_stats");
-	free(buf);
-	/* glibc's chunk: a header, then the 1 MiB, in one mapping of
-	 * LEN + a page from the page below buf. */
-	uintptr_t page = (uintptr_t)buf & ~(uintptr_t)4095;
-	size_t rlen = LEN + 4096;
-	unsigned char *reused = mmap((void *)page, rlen, PROT_READ | PROT_WRITE,
-				     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
-				     -1, 0);
-	if (reused != (void *)page)
-		die("mmap at the freed address (was it unmapped?)");
-	memset(reused, 'B', rlen);
-	other = malloc(LEN);
-	if (!other)
-		die("malloc");
-	memset(other, 'o', LEN);
-	if ((ret = mrmgr_get(c, other, LEN, IBV_ACCESS_LOCAL_WRITE |
-			     IBV_ACCESS_REMOTE_WRITE, &r2)))
-		errno = ret, die("mrmgr_get of the next RPC's buffer");
-	if ((ret = mrmgr_cache_query_stats(c, &st1, sizeof(st1))))
-		errno = ret, die("mrmgr_cache_query_stats");
-	printf("%s: free(): invalidations %llu -> %llu, deregistrations %llu -> %llu\n",
-	       role, (unsigned long long)st0.invalidations,
-	       (unsigned long long)st1.invalidations,
-	       (unsigned long long)st0.deregistrations,
-	       (unsigned long long)st1.deregistrations);
-	if (st1.invalidations <= st0.invalidations ||
-	    st1.deregistrations <= st0.deregistrations) {
-		printf("%s: the free() did not invalidate the cached registration\n", role);
-		ok = 0;
-	}
+	ok &= free_and_reuse(c, buf, &reused, &rlen, &other, &r2);
 	say(n.sock, '2');
 
 	/* 3. The client's WRITE through the old rkey: refused, nothing here. */
