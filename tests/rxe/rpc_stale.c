@@ -236,10 +236,11 @@ static int free_and_reuse(mrmgr_cache_t *c, unsigned char *buf,
 
 	if ((ret = mrmgr_cache_query_stats(c, &st0, sizeof(st0))))
 		errno = ret, die("mrmgr_cache_query_stats");
-	free(buf);
 	/* glibc's chunk: a header, then the 1 MiB, in one mapping of
 	 * LEN + a page from the page below buf. */
 	uintptr_t page = (uintptr_t)buf & ~(uintptr_t)4095;
+
+	free(buf);
 	*rlen = LEN + 4096;
 	*reused = mmap((void *)page, *rlen, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
@@ -255,8 +256,10 @@ static int free_and_reuse(mrmgr_cache_t *c, unsigned char *buf,
 		errno = ret, die("mrmgr_get of the next RPC's buffer");
 	if ((ret = mrmgr_cache_query_stats(c, &st1, sizeof(st1))))
 		errno = ret, die("mrmgr_cache_query_stats");
-	printf("%s: free(): invalidations %llu -> %llu, deregistrations %llu -> %llu\n",
-	       role, (unsigned long long)st0.invalidations,
+	printf("%s: reused memory at %p; the next RPC's buffer at %p; free(): "
+	       "invalidations %llu -> %llu, deregistrations %llu -> %llu\n",
+	       role, (void *)*reused,
+	       (void *)*other, (unsigned long long)st0.invalidations,
 	       (unsigned long long)st1.invalidations,
 	       (unsigned long long)st0.deregistrations,
 	       (unsigned long long)st1.deregistrations);
