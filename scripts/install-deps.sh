@@ -5,8 +5,9 @@
 # libibverbs and its rxe provider, libcriterion) from the host root, so
 # they are all here; qemu's firmware (qboot.rom, pvh.bin) and TCG module
 # come with qemu-system-x86's hard dependencies, so --no-install-recommends
-# is enough. clang and its runtime (libFuzzer, ASan, UBSan) build the
-# fuzz targets in tests/fuzz/. The allocators (and scudo, in
+# is enough; zstd unpacks the newer kernels of the ODP tier
+# (tests/rxe/odp-tier.sh). clang and its runtime (libFuzzer, ASan, UBSan)
+# build the fuzz targets in tests/fuzz/. The allocators (and scudo, in
 # libclang-rt-14-dev) are the allocator matrix's (scripts/ci-allocators.sh).
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config
@@ -18,7 +19,7 @@ pkgs="build-essential autoconf automake libtool pkg-config
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
       python3 man-db groff-base openmpi-bin libopenmpi-dev
       dpkg-dev debhelper fakeroot lintian rpm rpmlint
-      patchelf libcapstone-dev debootstrap
+      patchelf libcapstone-dev debootstrap zstd
       libtcmalloc-minimal4 libgoogle-perftools4 libjemalloc2 libmimalloc2.0
       libtbbmalloc2"
 missing=""

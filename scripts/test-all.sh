@@ -13,7 +13,12 @@
 #     libFuzzer targets (`make fuzz`, build-fuzz/), the examples under
 #     valgrind memcheck with --track-fds=yes;
 #  4. the real-verbs tier: the same kind of tests on Soft-RoCE (rxe0) in a
-#     qemu guest (`make check-rxe`); MRMGR_SKIP_RXE=1 leaves it out.
+#     qemu guest (`make check-rxe`), then the ODP tier: the newest Debian
+#     kernel (rxe ODP and prefetch) over a cached sid root in which the tree
+#     is built (`make check-rxe-odp`); MRMGR_SKIP_RXE=1 leaves both out,
+#     MRMGR_SKIP_RXE_ODP=1 only the ODP tier; then two guests on one
+#     emulated link (`make check-rxe-2node`: the stale-rkey RPC and MPI
+#     across them), MRMGR_SKIP_RXE_2NODE=1 leaves that out.
 #     MRMGR_SKIP_SANITIZERS=1 leaves out step 3 (FUZZ_SECONDS: per target).
 # Exit status: 0 all passed; 125 the qemu guest could not be set up (an
 # infrastructure failure, not a test result); anything else a failure.
@@ -27,7 +32,8 @@ MRMGR_WERROR=1 "$top/scripts/build.sh"
 cd build
 step "make check"
 # Only this run's results count in the closing line.
-rm -f tests/rxe/check-rxe.log tests/rxe/check-rxe.rc
+rm -f tests/rxe/check-rxe.log tests/rxe/check-rxe.rc tests/rxe/check-rxe-odp.log tests/rxe/check-rxe-odp.rc \
+	tests/rxe/check-rxe-2node.log tests/rxe/check-rxe-2node.rc
 if ! make -s check; then
 	cat test-suite.log >&2 || true
 	exit 1
@@ -168,6 +174,28 @@ else
 		rc=$(cat tests/rxe/check-rxe.rc 2>/dev/null || echo 1)
 		[ "$rc" != 0 ] || rc=1
 		exit "$rc"
+	fi
+	if [ "${MRMGR_SKIP_RXE_ODP:-0}" = 1 ]; then
+		step "real-verbs ODP tier skipped (MRMGR_SKIP_RXE_ODP=1)"
+	else
+		step "real-verbs ODP tier (newest Debian kernel, sid userspace, rdma_rxe in qemu)"
+		rm -f tests/rxe/check-rxe-odp.rc
+		if ! make -s check-rxe-odp; then
+			rc=$(cat tests/rxe/check-rxe-odp.rc 2>/dev/null || echo 1)
+			[ "$rc" != 0 ] || rc=1
+			exit "$rc"
+		fi
+	fi
+	if [ "${MRMGR_SKIP_RXE_2NODE:-0}" = 1 ]; then
+		step "real-verbs two-node tier skipped (MRMGR_SKIP_RXE_2NODE=1)"
+	else
+		step "real-verbs two nodes (two guests on one emulated link: stale-rkey RPC, MPI)"
+		rm -f tests/rxe/check-rxe-2node.rc
+		if ! make -s check-rxe-2node; then
+			rc=$(cat tests/rxe/check-rxe-2node.rc 2>/dev/null || echo 1)
+			[ "$rc" != 0 ] || rc=1
+			exit "$rc"
+		fi
 	fi
 fi
 step "all tests passed"

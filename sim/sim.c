@@ -62,13 +62,34 @@ static const struct mrmgr__sim_personality personalities[] = {
 	},
 };
 
+/*
+ * rdma_rxe of Linux 6.17 and later (MRMGR_SIM_FLAG_RXE_ODP): explicit ODP
+ * with the caps 7.3.4 reports, and ibv_advise_mr; still no implicit ODP,
+ * rereg or import (the personality stays MRMGR_SIM_RXE). Named like rxe,
+ * so the library takes it for rxe (lib/device/quirk.c).
+ */
+static const struct mrmgr__sim_personality rxe_odp = {
+	.prefix = "rxe_odp_sim",
+	.max_sge = 32,
+	.page_size_cap = 0xfffff000u,
+	.access_ok = SIM_ACCESS_BASE,
+	.random_key = 1,
+	.odp_general = IBV_ODP_SUPPORT,
+	.odp_rc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+		  IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+		  IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV,
+	.odp_ud = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+		  IBV_ODP_SUPPORT_SRQ_RECV,
+	.advise = 1,
+};
+
 #define SIM_ATTR_KNOWN                                                      \
 	(MRMGR_SIM_ATTR_PERSONALITY | MRMGR_SIM_ATTR_MEMLOCK |              \
 	 MRMGR_SIM_ATTR_COST | MRMGR_SIM_ATTR_FLAGS | MRMGR_SIM_ATTR_LIMITS | \
 	 MRMGR_SIM_ATTR_ODP_COST)
 #define SIM_FLAGS_KNOWN                                                     \
 	(MRMGR_SIM_FLAG_NO_PIN | MRMGR_SIM_FLAG_DISTINCT_RKEY |              \
-	 MRMGR_SIM_FLAG_NO_IMPLICIT_ODP)
+	 MRMGR_SIM_FLAG_NO_IMPLICIT_ODP | MRMGR_SIM_FLAG_RXE_ODP)
 
 /*
  * Registry of open devices. A pointer can only be recognised as ours by
@@ -234,6 +255,13 @@ static int check_attr(const struct mrmgr_sim_attr *a)
 		mrmgr__warn("sim_open: unknown flags %#x", a->flags);
 		return EINVAL;
 	}
+	if ((a->comp_mask & MRMGR_SIM_ATTR_FLAGS) &&
+	    (a->flags & MRMGR_SIM_FLAG_RXE_ODP) &&
+	    (!(a->comp_mask & MRMGR_SIM_ATTR_PERSONALITY) ||
+	     a->personality != MRMGR_SIM_RXE)) {
+		mrmgr__warn("sim_open: MRMGR_SIM_FLAG_RXE_ODP needs the rxe personality");
+		return EINVAL;
+	}
 	if ((a->comp_mask & MRMGR_SIM_ATTR_LIMITS) &&
 	    (a->max_mr == 0 || a->max_mr_size == 0)) {
 		mrmgr__warn("sim_open: max_mr and max_mr_size must be nonzero");
@@ -279,6 +307,9 @@ int mrmgr__sim_open(const struct mrmgr_sim_attr *attr, int table,
 				    ? a->personality : MRMGR_SIM_MLX5;
 	sctx->pers = &personalities[sctx->personality];
 	sctx->flags = (a->comp_mask & MRMGR_SIM_ATTR_FLAGS) ? a->flags : 0;
+	if (sctx->personality == MRMGR_SIM_RXE &&
+	    (sctx->flags & MRMGR_SIM_FLAG_RXE_ODP))
+		sctx->pers = &rxe_odp;
 	sctx->memlock_bytes = (a->comp_mask & MRMGR_SIM_ATTR_MEMLOCK)
 				      ? a->memlock_bytes : default_memlock();
 	if (a->comp_mask & MRMGR_SIM_ATTR_COST) {

@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -80,11 +81,14 @@ static const char *human(uint64_t v, char *buf, size_t len)
 
 /* ------------------------------------------------------------ devices */
 
+/* rxe: 0 mlx5, 1 rxe (6.1: no ODP), 2 rxe of 6.17+ (ODP, advice). */
 static int dev_open_sim(struct dev *d, int rxe)
 {
 	struct mrmgr_sim_attr a = {
-		.comp_mask = MRMGR_SIM_ATTR_PERSONALITY | MRMGR_SIM_ATTR_LIMITS,
+		.comp_mask = MRMGR_SIM_ATTR_PERSONALITY | MRMGR_SIM_ATTR_LIMITS |
+			     MRMGR_SIM_ATTR_FLAGS,
 		.personality = rxe ? MRMGR_SIM_RXE : MRMGR_SIM_MLX5,
+		.flags = rxe == 2 ? MRMGR_SIM_FLAG_RXE_ODP : 0,
 		.max_mr = SIM_MAX_MR,
 		.max_mr_size = SIM_MAX_MR_SIZE,
 	};
@@ -93,7 +97,7 @@ static int dev_open_sim(struct dev *d, int rxe)
 	memset(d, 0, sizeof(*d));
 	d->sim = 1;
 	snprintf(d->name, sizeof(d->name), "simulated HCA (%s personality)",
-		 rxe ? "rxe" : "mlx5");
+		 rxe == 2 ? "rxe-odp" : rxe ? "rxe" : "mlx5");
 	if ((ret = mrmgr_sim_open(&a, &d->ctx)))
 		return ret;
 	if ((ret = mrmgr_sim_alloc_pd(d->ctx, &d->pd))) {
@@ -289,6 +293,14 @@ static void print_odp_ops(const char *tr, uint32_t caps)
 	printf("\n");
 }
 
+/* The running kernel's release, for the quirk line. */
+static const char *kernel_release(void)
+{
+	static struct utsname u;
+
+	return uname(&u) == 0 ? u.release : "?";
+}
+
 static int print_device(struct dev *d)
 {
 	struct mrmgr_odp_info oi;
@@ -316,6 +328,16 @@ static int print_device(struct dev *d)
 	print_odp_ops("uc", oi.uc_caps);
 	print_odp_ops("ud", oi.ud_caps);
 	print_odp_ops("xrc", oi.xrc_caps);
+	if (oi.device_quirks & MRMGR_ODP_QUIRK_OVERRIDDEN)
+		printf("    ODP quirk           rxe page-offset bug (kernel %s): "
+		       "OVERRIDDEN by MRMGR_RXE_ODP_QUIRK=off, ODP caches use ODP\n",
+		       kernel_release());
+	else if (oi.device_quirks & MRMGR_ODP_QUIRK_PAGE_OFFSET)
+		printf("    ODP quirk           rxe page-offset bug (kernel %s): "
+		       "ODP caches fall back to pinned (doc/odp.md)\n",
+		       kernel_release());
+	else if (oi.general_caps & IBV_ODP_SUPPORT)
+		printf("    ODP quirk           none known\n");
 	if (oi.general_caps & IBV_ODP_SUPPORT)
 		printf("    ibv_advise_mr       %s (max %u SGEs per call)\n",
 		       verdict(probe_advise(d), b1, sizeof(b1)), oi.max_sge);
@@ -554,12 +576,12 @@ static int print_memlock(mrmgr_cache_t *c)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: mrmgr_info [--sim[=mlx5|rxe]] [--version] [--help]\n"
+		"Usage: mrmgr_info [--sim[=mlx5|rxe|rxe-odp]] [--version] [--help]\n"
 		"Print what libmrmgr would do in this process: its version, the\n"
 		"effective configuration and where each value comes from, the\n"
 		"memory-event sources, the memlock budget, and each RDMA device's\n"
 		"capabilities. --sim shows the simulated HCA instead of the\n"
-		"RDMA devices.\n");
+		"RDMA devices (rxe-odp: rxe of Linux 6.17+, with ODP).\n");
 }
 
 int main(int argc, char **argv)
@@ -574,6 +596,9 @@ int main(int argc, char **argv)
 			sim = 1;
 		} else if (!strcmp(argv[i], "--sim=rxe")) {
 			sim = rxe = 1;
+		} else if (!strcmp(argv[i], "--sim=rxe-odp")) {
+			sim = 1;
+			rxe = 2;
 		} else if (!strcmp(argv[i], "--version")) {
 			printf("libmrmgr %s\n", mrmgr_version_string());
 			return 0;

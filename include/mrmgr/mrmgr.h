@@ -1337,6 +1337,29 @@ enum mrmgr_odp_reason {
 	MRMGR_ODP_REASON_NO_IMPLICIT = 3,
 	/** The device refused the implicit registration. */
 	MRMGR_ODP_REASON_IMPLICIT_REG_FAILED = 4,
+	/**
+	 * The device reports ODP, but a known defect of its driver can put
+	 * ODP transfers in the wrong place (mrmgr_odp_info::device_quirks;
+	 * doc/odp.md, "Device quirks"): pinned registrations instead.
+	 */
+	MRMGR_ODP_REASON_DEVICE_QUIRK = 5,
+};
+
+/** Bits of mrmgr_odp_info::device_quirks: known ODP defects of the device. */
+enum mrmgr_odp_quirk {
+	/**
+	 * Soft-RoCE (rdma_rxe) on Linux 6.15 and later (no fixed version
+	 * known; @c MRMGR_RXE_ODP_FIXED_IN): the ODP copy ignores the offset
+	 * inside a page, so a transfer at a non-zero page offset (or one of
+	 * several packets with an MTU below 4096) moves bytes to or from the
+	 * page's start, and completes with success.
+	 */
+	MRMGR_ODP_QUIRK_PAGE_OFFSET = 1u << 0,
+	/**
+	 * The quirks above were found but not applied:
+	 * @c MRMGR_RXE_ODP_QUIRK=off asked for ODP anyway.
+	 */
+	MRMGR_ODP_QUIRK_OVERRIDDEN = 1u << 31,
 };
 
 /**
@@ -1361,6 +1384,8 @@ struct mrmgr_odp_info {
 	uint32_t implicit_lkey;   /**< the implicit MR's lkey (0 without one) */
 	uint32_t implicit_rkey;   /**< the implicit MR's rkey (0 without one) */
 	char reason_text[160];    /**< the decision in one line, as logged */
+	/** enum mrmgr_odp_quirk bits: the device's known ODP defects (since 1.x, issue 29) */
+	uint32_t device_quirks;
 };
 
 /**

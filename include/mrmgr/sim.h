@@ -112,6 +112,15 @@ enum mrmgr_sim_flags {
 	 * registrations fail with @c EINVAL.
 	 */
 	MRMGR_SIM_FLAG_NO_IMPLICIT_ODP = 1u << 2,
+	/**
+	 * rxe personality only (else @c EINVAL): rdma_rxe of Linux 6.17 and
+	 * later, with explicit ODP (the caps 7.3.4 reports: RC send, recv,
+	 * write, read, atomic, SRQ; UD send, recv) and ibv_advise_mr, still
+	 * without implicit ODP, rereg or import. The device is named
+	 * @c rxe_odp_sim_N: libmrmgr takes it for rxe, so its rxe ODP quirk
+	 * (doc/odp.md, "Device quirks") applies to it as to a real rxe.
+	 */
+	MRMGR_SIM_FLAG_RXE_ODP = 1u << 3,
 };
 
 /** Attributes of a simulated device. Zero-initialise; set comp_mask bits. */

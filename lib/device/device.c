@@ -230,6 +230,7 @@ int mrmgr__dev_query(const struct mrmgr_device_ops *ops,
 	caps->odp_ud = a.odp_ud;
 	caps->odp_xrc = a.odp_xrc;
 	caps->cap_flags = ops->cap_flags;
+	mrmgr__dev_quirks(ops, ctx, caps);
 	return 0;
 }
 

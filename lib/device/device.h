@@ -27,7 +27,34 @@ struct mrmgr__dev_caps {
 	uint64_t odp_general;    /* IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_IMPLICIT */
 	uint32_t odp_rc, odp_uc, odp_ud, odp_xrc; /* IBV_ODP_SUPPORT_SEND... */
 	uint64_t cap_flags;      /* the provider's MRMGR_DEVICE_CAP_* */
+	uint32_t quirks;         /* MRMGR__QUIRK_*, quirk.c */
+	char quirk_text[112];    /* the quirks in one line, for the log */
 };
+
+/* ------------------------------------------------------------ quirks */
+
+/* Defects of a driver the library works around (quirk.c). */
+enum {
+	/* rxe 6.15+: the ODP copy ignores the offset inside a page. */
+	MRMGR__QUIRK_ODP_PAGE_OFFSET = 1u << 0,
+	/* ... found, but MRMGR_RXE_ODP_QUIRK=off: ODP used anyway. */
+	MRMGR__QUIRK_OVERRIDDEN = 1u << 1,
+};
+#define MRMGR__KVER(a, b, c) \
+	((uint32_t)(((a) << 16) | ((b) << 8) | (c)))
+/* "7.3.4+deb13-amd64" -> MRMGR__KVER(7, 3, 4); 0 when unreadable. */
+uint32_t mrmgr__kver_parse(const char *s);
+/*
+ * Whether rxe's ODP page-offset bug applies on kernel @p release, after
+ * MRMGR_RXE_ODP_QUIRK (auto|on|off) and MRMGR_RXE_ODP_FIXED_IN: 1 (applies)
+ * or 2 (applies, but "off" overrides it) with a line in text, else 0.
+ */
+int mrmgr__quirk_rxe_odp(const char *release, char *text, size_t size);
+/* The unit tests' kernel release, instead of uname()'s when not NULL. */
+extern const char *mrmgr__quirk_test_release;
+/* Fill caps->quirks and caps->quirk_text for ctx's device (in query). */
+void mrmgr__dev_quirks(const struct mrmgr_device_ops *ops,
+		       struct ibv_context *ctx, struct mrmgr__dev_caps *caps);
 
 /* The built-in provider (verbs.c). */
 extern const struct mrmgr_device_ops mrmgr__verbs_ops;

@@ -89,6 +89,11 @@ static uint32_t explicit_blocker(const struct mrmgr__dev_caps *caps,
 			 caps->name);
 		return MRMGR_ODP_REASON_NO_ODP;
 	}
+	/* A device whose ODP can misplace data is no ODP device (quirk.c). */
+	if (caps->quirks & MRMGR__QUIRK_ODP_PAGE_OFFSET) {
+		snprintf(text, size, "%.24s: %.100s", caps->name, caps->quirk_text);
+		return MRMGR_ODP_REASON_DEVICE_QUIRK;
+	}
 	for (uint32_t t = 1; t <= MRMGR_ODP_TRANSPORT_XRC; t <<= 1) {
 		uint32_t have = transport_caps(caps, t);
 
@@ -146,6 +151,9 @@ static int implicit_register(struct mrmgr_cache *c)
 	o->implicit_access = access;
 	return 0;
 }
+
+/* Each quirk warning is said once per process, the rest at info level. */
+static int quirk_said, override_said;
 
 int mrmgr__odp_init(struct mrmgr_cache *c)
 {
@@ -232,12 +240,22 @@ decided:
 		if (o->flags & MRMGR_ODP_AUTO_PREFETCH)
 			c->flags |= MRMGR__CACHE_AUTO_PREFETCH;
 	}
-	/* An explicit request that was not met deserves a warning. */
+	/* An explicit request that was not met deserves a warning; so does
+	 * a device quirk, once per process (then info lines). */
 	mrmgr__log(o->reason != MRMGR_ODP_REASON_AS_REQUESTED &&
-				   req != MRMGR_ODP_AUTO
+				   (req != MRMGR_ODP_AUTO ||
+				    (o->reason == MRMGR_ODP_REASON_DEVICE_QUIRK &&
+				     !__atomic_exchange_n(&quirk_said, 1, __ATOMIC_RELAXED)))
 			   ? MRMGR_LOG_WARN
 			   : MRMGR_LOG_INFO,
 		   "%s", o->reason_text);
+	if ((caps->quirks & MRMGR__QUIRK_OVERRIDDEN) && o->mode != MRMGR_ODP_OFF)
+		mrmgr__log(__atomic_exchange_n(&override_said, 1, __ATOMIC_RELAXED)
+				   ? MRMGR_LOG_INFO
+				   : MRMGR_LOG_WARN,
+			   "ODP on %s despite %s (MRMGR_RXE_ODP_QUIRK=off): "
+			   "transfers at page offsets may land at the page start",
+			   caps->name, caps->quirk_text);
 	return 0;
 }
 
@@ -355,6 +373,10 @@ MRMGR_EXPORT int mrmgr_cache_query_odp(mrmgr_cache_t *c,
 		i.implicit_rkey = o->implicit_mr->rkey;
 	}
 	snprintf(i.reason_text, sizeof(i.reason_text), "%s", o->reason_text);
+	if (c->caps.quirks & MRMGR__QUIRK_ODP_PAGE_OFFSET)
+		i.device_quirks |= MRMGR_ODP_QUIRK_PAGE_OFFSET;
+	if (c->caps.quirks & MRMGR__QUIRK_OVERRIDDEN)
+		i.device_quirks |= MRMGR_ODP_QUIRK_PAGE_OFFSET | MRMGR_ODP_QUIRK_OVERRIDDEN;
 	memcpy(info, &i, size < sizeof(i) ? size : sizeof(i));
 	return 0;
 }

@@ -8,6 +8,7 @@
 #   tests/rxe/run-in-vm.sh 'COMMAND STRING'     run through bash -c
 #   tests/rxe/run-in-vm.sh PROG ARG...          run PROG with exact argv
 #   tests/rxe/run-in-vm.sh                      interactive shell (debugging)
+#   tests/rxe/run-in-vm.sh --prepare-only       fetch and build, boot nothing
 #
 # What happens:
 #   * Debian's current 6.1 kernel package (linux-image-<abi>-amd64-unsigned)
@@ -46,6 +47,22 @@
 #   MRMGR_VM_KERNEL_ABI   pin a kernel ABI, e.g. 6.1.0-56 [apt's current]
 #   MRMGR_VM_ACCEL        force "tcg" or "kvm"            [auto]
 #   MRMGR_VM_VERBOSE      1: show the kernel log and the guest's setup steps
+#   MRMGR_VM_KERNEL_DIR   boot this prepared kernel instead of fetching 6.1:
+#                         a directory with kver, vmlinux (optional) and
+#                         root/ (the unpacked packages, depmod done), as
+#                         tests/rxe/odp-tier.sh makes for a newer kernel
+#   MRMGR_VM_MODULES      the top-level modules to load [see REQUIRED_MODULES]
+#   MRMGR_VM_ROOT         the guest's root: this directory instead of the
+#                         host's / (e.g. a debootstrap root of a newer
+#                         Debian); the share and the cwd, when under it,
+#                         appear in the guest at their paths inside it
+#   MRMGR_VM_NET          socket-listen:PORT | socket-connect:PORT: a virtio
+#                         NIC (eth0, 192.0.2.N) linked to another guest by
+#                         a qemu socket netdev on 127.0.0.1:PORT; rxe0 on it
+#   MRMGR_VM_NODE         N (1..4) with MRMGR_VM_NET: hostname nodeN
+#   MRMGR_VM_NET_MTU      MTU of the netdev(s) under rxe [the default, 1500]
+#   MRMGR_VM_TCG_THREAD   single: one host thread for all vCPUs (TCG only);
+#                         two vCPU threads crashed 2 of 11 boots of 7.3.4
 #
 # Needs: qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 apt,
 # plus libibverbs1/ibverbs-providers on the host root for verbs programs.
@@ -61,8 +78,10 @@ MEM=${MRMGR_VM_MEM:-2G}
 SMP=${MRMGR_VM_SMP:-2}
 VERBOSE=${MRMGR_VM_VERBOSE:-0}
 # Top-level modules the guest needs; their dependencies are added by modprobe.
-REQUIRED_MODULES="virtio_pci 9pnet_virtio 9p overlay dummy veth crc32_generic
-                  rdma_rxe ib_uverbs rdma_ucm ib_umad"
+REQUIRED_MODULES=${MRMGR_VM_MODULES:-"virtio_pci 9pnet_virtio 9p overlay dummy veth
+                  crc32_generic rdma_rxe ib_uverbs rdma_ucm ib_umad"}
+# A node on a link between guests has a virtio NIC.
+[ -z "${MRMGR_VM_NET:-}" ] || REQUIRED_MODULES="$REQUIRED_MODULES virtio_net"
 # Accelerated variants: nice to have, but they refuse to load on CPU models
 # that lack the instructions (qemu64 under TCG), so failures are tolerated.
 OPTIONAL_MODULES="crc32-pclmul"
@@ -137,10 +156,19 @@ fetch_kernel() {
 }
 
 t0=$(now)
+if [ -n "${MRMGR_VM_KERNEL_DIR:-}" ]; then
+    kdir=$(cd "$MRMGR_VM_KERNEL_DIR" 2>/dev/null && pwd -P) ||
+        infra_fail "MRMGR_VM_KERNEL_DIR $MRMGR_VM_KERNEL_DIR does not exist"
+    [ -s "$kdir/kver" ] && [ -d "$kdir/root" ] ||
+        infra_fail "MRMGR_VM_KERNEL_DIR $kdir is not a prepared kernel (kver, root/)"
+    abi=given kernel_state=given
+fi
 # apt-cache costs ~0.7 s a run; its answer only changes when the package
 # lists do, so remember it until /var/lib/apt/lists is touched.
 abi_file="$CACHE/current-abi"
-if [ -n "${MRMGR_VM_KERNEL_ABI:-}" ]; then
+if [ "${abi:-}" = given ]; then
+    :
+elif [ -n "${MRMGR_VM_KERNEL_ABI:-}" ]; then
     abi=$MRMGR_VM_KERNEL_ABI
 elif [ -s "$abi_file" ] && [ "$abi_file" -nt /var/lib/apt/lists ]; then
     abi=$(cat "$abi_file")
@@ -148,7 +176,7 @@ else
     abi=$(current_abi)
     [ -z "$abi" ] || echo "$abi" >"$abi_file"
 fi
-if [ -z "$abi" ]; then
+if [ -z "${abi:-}" ]; then
     log "apt-cache does not know linux-image-amd64; running apt-get update"
     apt-get update -q >/dev/null 2>&1 || log "apt-get update failed"
     abi=$(current_abi)
@@ -161,7 +189,7 @@ if [ -z "$abi" ]; then
     kdir=$(dirname "$kdir")
     log "kernel ABI unknown, using cached $(basename "$kdir")"
     kernel_state=cached
-else
+elif [ "$abi" != given ]; then
     kdir="$CACHE/linux-$abi"
     if [ -e "$kdir/.ready" ]; then
         kernel_state=cached
@@ -250,16 +278,32 @@ mount -t 9p -o "$NINEP,cache=mmap" buildtree "$R$RW_DIR" || die "mount 9p buildt
 if [ -d "$R$KMOD_DIR" ]; then
     mkdir -p "$R/lib/modules/$KVER" && mount --bind "$R$KMOD_DIR" "$R/lib/modules/$KVER"
 fi
-hostname mrmgr-vm
+if [ -n "$NODE" ]; then hostname "node$NODE"; else hostname mrmgr-vm; fi
 
 # Network and Soft-RoCE, with the host's own ip and rdma tools.
 # (Through env: busybox's chroot would run its own "ip" applet, not the host's.)
 run() { chroot $R /usr/bin/env "$@"; }
 nodad() { echo 0 >"/proc/sys/net/ipv6/conf/$1/accept_dad"; }
 run ip link set lo up
-if [ "$TWO_DEVICES" = 1 ]; then
+if [ -n "$NODE" ]; then
+    # One node of a link between guests: the virtio NIC (eth0) is the wire,
+    # the host's end a socket on 127.0.0.1. 192.0.2.0/24 (TEST-NET-1)
+    # exists only on this emulated link.
+    ls /sys/class/net/eth0 >/dev/null 2>&1 || die "no eth0 (virtio-net)"
+    nodad eth0
+    [ -z "$NET_MTU" ] || run ip link set eth0 mtu "$NET_MTU" || die "eth0 mtu $NET_MTU"
+    run ip addr add "192.0.2.$NODE/24" dev eth0 || die "eth0 address"
+    run ip link set eth0 up || die "eth0 up"
+    for n in 1 2 3 4; do echo "192.0.2.$n node$n"; done >>$R/etc/hosts
+    run rdma link add rxe0 type rxe netdev eth0 || die "rdma link add rxe0"
+    DEVS=rxe0
+elif [ "$TWO_DEVICES" = 1 ]; then
     run ip link add rdmaveth0 type veth peer name rdmaveth1 || die "veth pair"
     nodad rdmaveth0; nodad rdmaveth1
+    if [ -n "$NET_MTU" ]; then
+        run ip link set rdmaveth0 mtu "$NET_MTU" && run ip link set rdmaveth1 mtu "$NET_MTU" ||
+            die "veth mtu $NET_MTU"
+    fi
     run ip addr add 192.0.2.1/24 dev rdmaveth0
     run ip addr add 192.0.2.2/24 dev rdmaveth1
     run ip link set rdmaveth0 up || die "rdmaveth0 up"
@@ -273,6 +317,7 @@ else
     # inside this guest.
     run ip link add rdmanet0 type dummy || die "dummy netdev"
     nodad rdmanet0
+    [ -z "$NET_MTU" ] || run ip link set rdmanet0 mtu "$NET_MTU" || die "rdmanet0 mtu $NET_MTU"
     run ip addr add 192.0.2.1/24 dev rdmanet0
     run ip link set rdmanet0 up || die "rdmanet0 up"
     run rdma link add rxe0 type rxe netdev rdmanet0 || die "rdma link add rxe0"
@@ -310,8 +355,11 @@ module_load_list() {
     for kind in req opt; do
         if [ "$kind" = req ]; then mods=$REQUIRED_MODULES; else mods=$OPTIONAL_MODULES; fi
         for m in $mods; do
-            modprobe -d "$KROOT" -S "$KVER" --show-depends "$m" ||
-                { [ "$kind" = opt ] || return 1; }
+            if [ "$kind" = opt ]; then
+                modprobe -d "$KROOT" -S "$KVER" --show-depends "$m" 2>/dev/null || true
+            else
+                modprobe -d "$KROOT" -S "$KVER" --show-depends "$m" || return 1
+            fi
         done | awk -v kind="$kind" '$1 == "insmod" { $1 = kind; print }'
     done | awk '!seen[$2]++'
 }
@@ -326,8 +374,15 @@ build_initramfs() {
     done
     list=$(module_load_list) || { rm -rf "$stage"; return 1; }
     while read -r kind path args; do
-        cp "$path" "$stage/mods/"
-        echo "$kind $(basename "$path") $args" >>"$stage/mods/load.list"
+        a=$(basename "$path")
+        case $a in
+        # Compressed modules (Debian from 6.x): unpacked here, since
+        # busybox insmod passes the file to init_module() as it is.
+        *.ko.xz) a=${a%.xz}; xz -dc "$path" >"$stage/mods/$a" || { rm -rf "$stage"; return 1; } ;;
+        *.ko.zst) a=${a%.zst}; zstd -qdc "$path" >"$stage/mods/$a" || { rm -rf "$stage"; return 1; } ;;
+        *) cp "$path" "$stage/mods/" ;;
+        esac
+        echo "$kind $a $args" >>"$stage/mods/load.list"
     done <<<"$list"
     guest_init >"$stage/init"
     chmod 755 "$stage/init"
@@ -343,6 +398,7 @@ build_initramfs() {
 t1=$(now)
 ikey=$( { sha256sum "$SCRIPT_PATH" /bin/busybox | cut -d' ' -f1; echo "$KVER $kdir"; } |
         sha256sum | cut -c1-16)
+ikey=$(echo "$ikey $REQUIRED_MODULES" | sha256sum | cut -c1-16)
 INITRD="$CACHE/initramfs-$ikey.cpio"
 if [ -e "$INITRD" ]; then
     initrd_state=cached
@@ -356,8 +412,25 @@ else
 fi
 log "initramfs $initrd_state ($(since "$t1") s)"
 flock -u "$lockfd"
+# --prepare-only: the kernel and the initramfs are ready; boot nothing (for
+# callers that start several guests at once, tests/rxe/two-node.sh).
+[ "${1:-}" != --prepare-only ] || exit 0
 
 # -------------------------------------------------------------- this run ---
+# A node on a link between guests: a virtio NIC whose other end is a qemu
+# socket netdev on 127.0.0.1 (listen on one node, connect on the other).
+node="" nic=(-nic none)
+case ${MRMGR_VM_NET:-} in
+"") ;;
+socket-listen:[0-9]* | socket-connect:[0-9]*)
+    node=${MRMGR_VM_NODE:-}
+    case $node in [1-4]) ;; *) infra_fail "MRMGR_VM_NET needs MRMGR_VM_NODE=1..4" ;; esac
+    mode=${MRMGR_VM_NET%%:*}
+    nic=(-netdev "socket,id=link0,${mode#socket-}=127.0.0.1:${MRMGR_VM_NET#*:}"
+         -device "virtio-net-pci,netdev=link0,mac=52:54:00:6d:72:0$node")
+    ;;
+*) infra_fail "MRMGR_VM_NET: socket-listen:PORT or socket-connect:PORT, not $MRMGR_VM_NET" ;;
+esac
 CWD=$(pwd -P)
 if [ -n "${MRMGR_VM_SHARE:-}" ]; then
     RW_DIR=$(cd "$MRMGR_VM_SHARE" && pwd -P)
@@ -370,6 +443,16 @@ case $CWD/ in
 "$RW_DIR"/*) ;;
 *) log "note: $CWD is outside the read-write share $RW_DIR: the guest's writes there are lost" ;;
 esac
+# The guest's root, and where the share and the cwd are in it.
+GUEST_ROOT=/
+G_RW_DIR=$RW_DIR G_CWD=$CWD
+if [ -n "${MRMGR_VM_ROOT:-}" ]; then
+    GUEST_ROOT=$(cd "$MRMGR_VM_ROOT" 2>/dev/null && pwd -P) ||
+        infra_fail "MRMGR_VM_ROOT $MRMGR_VM_ROOT does not exist"
+    [ -x "$GUEST_ROOT/bin/bash" ] || infra_fail "MRMGR_VM_ROOT $GUEST_ROOT has no /bin/bash"
+    case $RW_DIR/ in "$GUEST_ROOT"/?*) G_RW_DIR=${RW_DIR#"$GUEST_ROOT"} ;; esac
+    case $CWD/ in "$GUEST_ROOT"/?*) G_CWD=${CWD#"$GUEST_ROOT"} ;; esac
+fi
 
 CTL_DIR=$(mktemp -d "${TMPDIR:-/tmp}/mrmgr-vm-ctl.XXXXXX")
 trap 'rm -rf "$CTL_DIR"' EXIT
@@ -381,10 +464,12 @@ if [ $# -eq 0 ]; then
 fi
 
 {
-    echo "RW_DIR=$(sq "$RW_DIR")"
+    echo "RW_DIR=$(sq "$G_RW_DIR")"
     echo "KVER=$(sq "$KVER")"
     echo "KMOD_DIR=$(sq "$KROOT/lib/modules/$KVER")"
     echo "TWO_DEVICES=$(sq "${MRMGR_VM_TWO_DEVICES:-0}")"
+    echo "NET_MTU=$(sq "${MRMGR_VM_NET_MTU:-}")"
+    echo "NODE=$(sq "$node")"
     echo "INTERACTIVE=$interactive"
     echo "VERBOSE=$(sq "$VERBOSE")"
 } >"$CTL_DIR/config"
@@ -411,7 +496,7 @@ fi
     # shellcheck disable=SC2016 # expands in the guest
     echo 'infra() { echo "$1" >/run/mrmgr-vm/infra; exit 125; }'
     echo "ulimit -l $(sq "${MRMGR_VM_MEMLOCK:-unlimited}") || infra 'ulimit -l failed'"
-    echo "cd -- $(sq "$CWD") || infra $(sq "cannot cd to $CWD")"
+    echo "cd -- $(sq "$G_CWD") || infra $(sq "cannot cd to $G_CWD")"
     if [ "$interactive" = 1 ]; then
         echo 'echo "mrmgr-vm: interactive shell; exit to power off"'
         echo 'exec /bin/bash -i'
@@ -436,6 +521,8 @@ if [ -z "$accel" ]; then
     fi
 fi
 if [ "$accel" = kvm ]; then cpu=(-cpu host); else cpu=(); fi
+accel_opt=$accel
+[ "$accel" != tcg ] || [ -z "${MRMGR_VM_TCG_THREAD:-}" ] || accel_opt+=",thread=$MRMGR_VM_TCG_THREAD"
 
 append="console=ttyS0 panic=-1 reboot=t"
 if [ "$VERBOSE" = 1 ]; then append+=" loglevel=7"; else append+=" quiet loglevel=3"; fi
@@ -448,15 +535,15 @@ bios=()
 [ ! -e /usr/share/qemu/qboot.rom ] || bios=(-bios /usr/share/qemu/qboot.rom)
 
 qemu=(qemu-system-x86_64
-      -machine q35 "${bios[@]}" -accel "$accel" "${cpu[@]}" -m "$MEM" -smp "$SMP"
-      -vga none -nic none -nographic -no-reboot
+      -machine q35 "${bios[@]}" -accel "$accel_opt" "${cpu[@]}" -m "$MEM" -smp "$SMP"
+      -vga none "${nic[@]}" -nographic -no-reboot
       -kernel "$KERNEL" -initrd "$INITRD" -append "$append"
       # (qemu option values escape "," as ",,")
-      -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
+      -virtfs "local,path=${GUEST_ROOT//,/,,},mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
       -virtfs "local,path=${RW_DIR//,/,,},mount_tag=buildtree,security_model=none,multidevs=remap"
       -virtfs "local,path=${CTL_DIR//,/,,},mount_tag=mrmgrctl,security_model=none")
 
-log "booting ($accel, $MEM, $SMP cpus; rw share $RW_DIR; cwd $CWD)"
+log "booting ($accel_opt, $MEM, $SMP cpus; rw share $RW_DIR; cwd $CWD)"
 t2=$(now)
 set +e
 if [ "$interactive" = 1 ]; then
