@@ -468,8 +468,17 @@ int mrmgr__stale_get(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		bad = differs(c, rc, start, last, &was, &now, &how);
 	}
 	if (bad) {
-		s->stale_hits++;
-		report(c, rc, r, start, last, bad, was, now, how);
+		/* A change that raced with this get and that the monitor
+		 * follows (its event came after the hit's look at the event
+		 * word, or the call is still under way) is not a miss of the
+		 * monitor: answered fresh, not reported. */
+		if (!mrmgr__mon_quiet(&c->mon_seen))
+			mrmgr__cache_apply_events(c);
+		if (mrmgr__region_state(r) == MRMGR__REGION_LIVE &&
+		    !mrmgr__mon_change_in_flight(rc->start, rc->last)) {
+			s->stale_hits++;
+			report(c, rc, r, start, last, bad, was, now, how);
+		}
 		mrmgr__core_invalidate_locked(c, rc->start, rc->last);
 		mrmgr__core_unref_locked(c, r, slot);
 		ret = mrmgr__core_get_locked(c, start, last, access, slot,
