@@ -27,9 +27,10 @@
  * (mremap's ranges need its lengths: patch_hooks.c's mremap_spans();
  * libmrmgr_hooks.so reports the whole old range whatever the flags.)
  * Not libc calls, so no interposer sees them (doc/monitor.md, the
- * per-mode table): process_madvise() (the kernel takes only COLD,
- * PAGEOUT, WILLNEED, COLLAPSE there), io_uring's IORING_OP_MADVISE, a
- * raw syscall().
+ * per-mode table): process_madvise() (the kernel takes only part of
+ * the advice there: COLD, PAGEOUT, WILLNEED, COLLAPSE in 6.1, more in
+ * newer kernels; the same table says which release), io_uring's
+ * IORING_OP_MADVISE, a raw syscall().
  *
  * Header only, async-signal-safe and lock-free: the hooks run inside
  * malloc and signal handlers, and libmrmgr_hooks.so links nothing of
