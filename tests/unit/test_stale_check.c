@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "monitor_helpers.h"
@@ -255,4 +256,53 @@ Test(stale, without_page_frames_after_dropping_cap_sys_admin)
 	cr_assert_not(mrmgr_sim_page_identity_available(),
 		      "pagemap still shows frames");
 	blind_cases();
+}
+
+/* In a child the check reads the child's pagemap (a descriptor opened
+ * by the parent would show the parent's pages): a stale hit there is
+ * caught as in the parent. */
+Test(stale, caught_in_a_forked_child)
+{
+	struct mrmgr_cache_attr a = attr_of(MRMGR_MONITOR_NONE, MRMGR_CACHE_CHECK_STALE);
+	struct fixture f;
+	char *p = map_rw(LEN, 'a');
+	uint32_t k1, k2;
+	int status;
+	pid_t pid;
+
+	need_identity();
+	fx_open(&f, NULL, &a);
+	(void)get_put(&f, p, -1); /* the parent's pagemap is open */
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) { /* no cr_assert here: the child reports by status */
+		char *q = mmap(NULL, LEN, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		struct mrmgr_stats st;
+		mrmgr_region_t *r;
+		int bad = q == MAP_FAILED;
+
+		for (int i = 0; i < 2 && !bad; i++) {
+			if (i)
+				memset(mmap(q, LEN, PROT_READ | PROT_WRITE,
+					    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+					    -1, 0), 'n', LEN);
+			else
+				memset(q, 'c', LEN);
+			bad |= mrmgr_get(f.cache, q, LEN, RW, &r) != 0;
+			if (bad)
+				break;
+			k2 = mrmgr_region_rkey(r);
+			if (!i)
+				k1 = k2;
+			mrmgr_put(r);
+		}
+		bad |= mrmgr_cache_query_stats(f.cache, &st, sizeof(st)) != 0;
+		_exit(bad ? 2 : k2 != k1 && st.stale_hits == 1 ? 0 : 1);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "the child's stale hit was not caught");
+	fx_close(&f);
+	munmap(p, LEN);
 }
