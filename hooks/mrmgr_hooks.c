@@ -12,8 +12,9 @@
  * global scope ahead of libc (LD_PRELOAD, or linked before libc). There is
  * no run-time code patching, so nothing races with running threads.
  *
- *   munmap, mmap/mmap64 with MAP_FIXED, mremap, madvise(DONTNEED, FREE,
- *   REMOVE, DONTNEED_LOCKED, GUARD_INSTALL), brk, sbrk, shmat with
+ *   munmap, mmap/mmap64 with MAP_FIXED, mremap, madvise with any advice
+ *   but those known to keep the pages (lib/monitor/release_table.h, the
+ *   table libc's patched entries use too), brk, sbrk, shmat with
  *   SHM_REMAP, shmdt;
  *   free, realloc, reallocarray of glibc chunks glibc mmap'd (glibc
  *   unmaps those with internal calls no interposer can see);
@@ -55,18 +56,13 @@
 #include <mrmgr/mrmgr.h>
 
 #include "hooks_abi.h"
+#include "release_table.h"
 #include "vma.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
-#ifndef MADV_DONTNEED_LOCKED
-#define MADV_DONTNEED_LOCKED 24
-#endif
 #ifndef SHM_REMAP
 #define SHM_REMAP 040000
-#endif
-#ifndef MADV_GUARD_INSTALL
-#define MADV_GUARD_INSTALL 102 /* Linux 6.13: zaps the pages it guards */
 #endif
 
 extern void __libc_free(void *);
@@ -228,7 +224,7 @@ static void *do_mmap(void *a, size_t l, int prot, int flags, int fd, off_t off)
 	void *p;
 
 	/* MAP_FIXED replaces what was there; MAP_FIXED_NOREPLACE cannot. */
-	int fixed = !!(flags & MAP_FIXED);
+	int fixed = mrmgr__mmap_releases(flags);
 
 	resolve();
 	if (fixed)
@@ -292,9 +288,8 @@ EXPORT int madvise(void *a, size_t l, int advice)
 {
 	int r;
 
-	int discard = advice == MADV_DONTNEED || advice == MADV_FREE ||
-		      advice == MADV_REMOVE || advice == MADV_DONTNEED_LOCKED ||
-		      advice == MADV_GUARD_INSTALL;
+	/* release_table.h: every advice but those known to keep the pages. */
+	int discard = mrmgr__advice_releases(advice);
 
 	resolve();
 	if (discard)
@@ -406,7 +401,7 @@ EXPORT void *shmat(int id, const void *a, int flg)
 	void *r;
 
 	resolve();
-	if ((flg & SHM_REMAP) && a)
+	if (mrmgr__shmat_releases(flg) && a)
 		len = shmat_extent(id, a, flg, &at);
 	if (len)
 		before(at, len);

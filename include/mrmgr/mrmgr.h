@@ -173,6 +173,23 @@ enum mrmgr_cache_flags {
 	 * statistics, destroy.
 	 */
 	MRMGR_CACHE_CHECK = 1u << 4,
+	/**
+	 * Check every hit for a stale registration: each mrmgr_get() that
+	 * finds a cached region compares the pages mapped now under the
+	 * request with the ones recorded right after the region was
+	 * registered (page frames from /proc/self/pagemap where the
+	 * process may read them, CAP_SYS_ADMIN; otherwise presence and the
+	 * mapping's identity only, said once at creation). The first stale
+	 * hit is reported at error level with the region's history and the
+	 * monitor's last events; every one is counted in
+	 * mrmgr_stats::stale_hits, and the get is answered with a fresh
+	 * registration. For proving a program's memory events are followed:
+	 * every get reads pagemap (doc/environment.md, MRMGR_CHECK, gives
+	 * the cost). Also set by @c MRMGR_CHECK=stale. Not for caches of
+	 * several PDs (::MRMGR_CACHE_ATTR_PDS), where it is ignored with a
+	 * warning.
+	 */
+	MRMGR_CACHE_CHECK_STALE = 1u << 5,
 };
 
 /**
@@ -1232,6 +1249,12 @@ struct mrmgr_stats {
 	/** puts of regions nobody held (double puts), detected and
 	 *  ignored; see ::MRMGR_CACHE_CHECK */
 	uint64_t double_puts;
+	/** gets verified against the recorded pages
+	 *  (::MRMGR_CACHE_CHECK_STALE) */
+	uint64_t stale_checks;
+	/** of them, hits on a stale registration: reported, the cached
+	 *  region invalidated, a fresh registration handed out */
+	uint64_t stale_hits;
 };
 
 /**

@@ -29,6 +29,7 @@
 /* The features' per-cache state: theirs to make, read and free (ext.h). */
 struct mrmgr__odp;
 struct mrmgr__share_cache;
+struct mrmgr__stale;
 
 /*
  * A miss registering [start, last] with the cache lock released
@@ -99,6 +100,7 @@ struct mrmgr_cache {
 	struct mrmgr__lookup lookup;     /* lookup.c: the index's writer side */
 	struct mrmgr__share_cache *share; /* share.c: other PDs, exports;
 					   * NULL until needed */
+	struct mrmgr__stale *stale;      /* stale.c: MRMGR_CACHE_CHECK_STALE */
 	struct mrmgr__mon_cache mon;     /* memory events (monitor.h) */
 	struct mrmgr__inflight inflight; /* ring of registrations under way
 					  * without the lock (miss.c) */
@@ -153,6 +155,9 @@ int64_t mrmgr__region_refs_checked(struct mrmgr_cache *c,
 				   struct mrmgr_region *r, const char *where);
 /* MRMGR_CHECK / MRMGR_CACHE_CHECK, at creation. */
 void mrmgr__check_init(struct mrmgr_cache *c);
+/* The cache flags MRMGR_CHECK asks for (a warning per unknown word when
+ * say is set). */
+unsigned int mrmgr__check_env_flags(int say);
 /* Nonzero once a cache checks its puts: mrmgr_put() asks check.c. */
 extern int mrmgr__check_puts;
 /* The put of a checked cache, under its lock; 0 when r's cache does not

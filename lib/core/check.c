@@ -37,6 +37,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cache.h"
 #include "log.h"
@@ -96,14 +97,55 @@ int64_t mrmgr__region_refs_checked(struct mrmgr_cache *c,
 	return n;
 }
 
+/*
+ * MRMGR_CHECK: words separated by commas. 1 or puts: MRMGR_CACHE_CHECK;
+ * stale: MRMGR_CACHE_CHECK_STALE (stale.c); all: both; 0 or none:
+ * neither. Unknown words are ignored, with a warning when say is set.
+ */
+unsigned int mrmgr__check_env_flags(int say)
+{
+	static const struct {
+		const char *word;
+		unsigned int flags;
+	} words[] = {
+		{ "0", 0 }, { "none", 0 },
+		{ "1", MRMGR_CACHE_CHECK }, { "puts", MRMGR_CACHE_CHECK },
+		{ "stale", MRMGR_CACHE_CHECK_STALE },
+		{ "all", MRMGR_CACHE_CHECK | MRMGR_CACHE_CHECK_STALE },
+	};
+	const char *s = getenv("MRMGR_CHECK");
+	unsigned int flags = 0;
+
+	while (s && *s) {
+		size_t n = strcspn(s, ","), i;
+
+		for (i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+			if (strlen(words[i].word) == n &&
+			    !strncasecmp(s, words[i].word, n))
+				break;
+		if (i < sizeof(words) / sizeof(words[0]))
+			flags |= words[i].flags;
+		else if (say)
+			mrmgr__warn("MRMGR_CHECK: ignoring \"%.*s\" (known: 1 "
+				    "or puts, stale, all, 0 or none)", (int)n, s);
+		s += n + (s[n] == ',');
+	}
+	return flags;
+}
+
 void mrmgr__check_init(struct mrmgr_cache *c)
 {
-	const char *s = getenv("MRMGR_CHECK");
+	unsigned int env = mrmgr__check_env_flags(1);
 
-	if (s && !strcmp(s, "1"))
-		c->flags |= MRMGR_CACHE_CHECK;
-	else if (s && strcmp(s, "0"))
-		mrmgr__warn("ignoring MRMGR_CHECK=\"%s\": not 0 or 1", s);
+	/* The stale check is a feature of its own (stale.c), in the list
+	 * when it was asked for; a cache of several PDs has none. */
+	if (((c->flags | env) & MRMGR_CACHE_CHECK_STALE) && !c->stale)
+		mrmgr__warn("cache %p: the stale check (MRMGR_CHECK=stale) is "
+			    "not available for caches of several PDs: off",
+			    (void *)c);
+	if (!c->stale)
+		c->flags &= ~(uint64_t)MRMGR_CACHE_CHECK_STALE;
+	c->flags |= env & MRMGR_CACHE_CHECK;
 	if (c->flags & MRMGR_CACHE_CHECK) {
 		__atomic_store_n(&mrmgr__check_puts, 1, __ATOMIC_RELAXED);
 		mrmgr__info("cache %p checks every mrmgr_put()", (void *)c);

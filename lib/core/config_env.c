@@ -35,7 +35,8 @@
 	 MRMGR_CACHE_ATTR_MONITOR | MRMGR_CACHE_ATTR_REGION_GONE)
 #define KNOWN_FLAGS                                                       \
 	(MRMGR_CACHE_NO_MERGE | MRMGR_CACHE_DISABLE |                      \
-	 MRMGR_CACHE_NO_HEADROOM | MRMGR_CACHE_NO_REREG | MRMGR_CACHE_CHECK)
+	 MRMGR_CACHE_NO_HEADROOM | MRMGR_CACHE_NO_REREG | MRMGR_CACHE_CHECK | \
+	 MRMGR_CACHE_CHECK_STALE)
 #define DEFAULT_MAX_REGIONS_CAP (1u << 20)
 
 /* ------------------------------------------------------------ parsing */

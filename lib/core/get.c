@@ -20,6 +20,7 @@
 #include "ext.h"
 #include "hit.h"
 #include "log.h"
+#include "stale.h"
 
 #define HIT_ATTEMPTS 4
 #define HIT_MAX_STEPS 256
@@ -273,19 +274,22 @@ static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
 	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
 	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
 		r = try_hit(c, start, last, access, slot, &miss_seq);
-		if (r) {
-			*region = r;
-			return 0;
-		}
+		if (r)
+			goto got;
 	}
 
 	pthread_mutex_lock(&c->lock);
 	ret = get_pd_locked(c, NULL, start, last, access, slot,
 			    MRMGR__GET_MAY_UNLOCK, miss_seq, &r);
 	pthread_mutex_unlock(&c->lock);
-	if (!ret)
-		*region = r;
-	return ret;
+	if (ret)
+		return ret;
+got:
+	/* MRMGR_CHECK=stale (stale.c; it keeps gets off fast_hit()). */
+	if (mrmgr__unlikely(c->flags & MRMGR_CACHE_CHECK_STALE))
+		return mrmgr__stale_get(c, start, last, access, slot, r, region);
+	*region = r;
+	return 0;
 }
 
 int mrmgr__core_get_locked(struct mrmgr_cache *c, uint64_t start,

@@ -13,12 +13,24 @@
 #include "grow.h"
 #include "odp.h"
 #include "share.h"
+#include "stale.h"
 
 static const struct mrmgr__ext *const features[] = {
 	&mrmgr__ext_grow,
 	&mrmgr__ext_odp,
 	&mrmgr__ext_share,
 	&mrmgr__ext_buf,
+	NULL,
+};
+
+/* The same with the stale check (core/stale.c) last: only a cache that
+ * asked for it walks its hooks. */
+static const struct mrmgr__ext *const features_stale[] = {
+	&mrmgr__ext_grow,
+	&mrmgr__ext_odp,
+	&mrmgr__ext_share,
+	&mrmgr__ext_buf,
+	&mrmgr__ext_stale,
 	NULL,
 };
 
@@ -43,5 +55,8 @@ MRMGR_EXPORT int mrmgr_cache_create(struct ibv_pd *pd,
 	/* Several PDs: one MR per PD in each region (multipd.c). */
 	if (attr && (attr->comp_mask & MRMGR_CACHE_ATTR_PDS))
 		return mrmgr__multi_create(pd, attr, features_multipd, cache);
+	if (mrmgr__stale_wanted(attr && (attr->comp_mask & MRMGR_CACHE_ATTR_FLAGS)
+				? attr->flags : 0))
+		return mrmgr__cache_create(pd, attr, features_stale, cache);
 	return mrmgr__cache_create(pd, attr, features, cache);
 }

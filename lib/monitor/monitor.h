@@ -137,6 +137,9 @@ void mrmgr__mon_drain_end(struct mrmgr__mon_cache *m, uint64_t *seen);
 int mrmgr__mon_queue_saw(uint64_t from, uint64_t start, uint64_t last);
 /* Index the next event will get. */
 uint64_t mrmgr__mon_queue_tail(void);
+/* Event idx of the queue, when it is still there: 1 with its range, else
+ * 0 (for reports: the stale check's, stale.c). */
+int mrmgr__mon_queue_read(uint64_t idx, uint64_t *start, uint64_t *last);
 /* The reader is never in a batch in a fork child: forget that it was. */
 void mrmgr__mon_queue_fork_child(void);
 

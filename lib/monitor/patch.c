@@ -175,8 +175,11 @@ static int text_rw(uintptr_t a, size_t n, int on)
 	uintptr_t pg = (uintptr_t)page_size();
 	uintptr_t lo = a & ~(pg - 1), hi = (a + n + pg - 1) & ~(pg - 1);
 
+	/* PROT_BTI kept where the loader set it (patch_bti.c), also while
+	 * writable: other threads run there. */
 	return mprotect((void *)lo, hi - lo,
-			PROT_READ | PROT_EXEC | (on ? PROT_WRITE : 0)) ? errno : 0;
+			PROT_READ | PROT_EXEC | (on ? PROT_WRITE : 0) |
+				mrmgr__patch_bti_prot(lo, hi)) ? errno : 0;
 }
 
 /* Every thread of the process executes a serialising instruction before
@@ -235,6 +238,7 @@ int mrmgr__patch_plan_one(const struct mrmgr__patch_image *im, int t, struct mrm
 	memset(s, 0, sizeof(*s));
 	if (!fn)
 		return ENOENT;
+	mrmgr__patch_bti_note(fn);
 	for (int a = 0; a < 3 && T[t].aliases[a]; a++) {
 		uintptr_t x = mrmgr__patch_sym(im, T[t].aliases[a], NULL);
 
@@ -501,7 +505,8 @@ static int install(const char **why)
 	for (int t = 0; t < MRMGR__PT_COUNT; t++)
 		if (P.site[t].fn)
 			(void)mrmgr__patch_encode(t); /* generation 0: never out of them */
-	if (mprotect((void *)tramp, (size_t)page_size(), PROT_READ | PROT_EXEC)) {
+	if (mprotect((void *)tramp, (size_t)page_size(),
+		     PROT_READ | PROT_EXEC | mrmgr__patch_bti_tramp_prot())) {
 		*why = "cannot make the trampolines executable";
 		err = errno;
 		munmap((void *)tramp, (size_t)page_size());

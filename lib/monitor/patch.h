@@ -191,6 +191,13 @@ int mrmgr__patch_arch_calls(uintptr_t fn, size_t size, uintptr_t to);
 int mrmgr__patch_arch_reaches(const struct mrmgr__patch_site *s, uintptr_t to);
 /* Bytes of one trampoline slot; write one jumping to hook at buf. */
 size_t mrmgr__patch_arch_tramp_size(void);
+/* patch_bti.c (arm64; 0 elsewhere): note the object holding a (when it
+ * is BTI-marked and the CPU has BTI) while planning, never in a hook;
+ * then the PROT_BTI that pages [lo, hi) of its text must keep, and the
+ * one the trampoline page gets. */
+void mrmgr__patch_bti_note(uintptr_t a);
+int mrmgr__patch_bti_prot(uintptr_t lo, uintptr_t hi);
+int mrmgr__patch_bti_tramp_prot(void);
 void mrmgr__patch_arch_tramp(unsigned char *buf, uintptr_t hook);
 /* Fill s->new (and s->pad_new) for a jump to the trampoline at tramp. */
 void mrmgr__patch_arch_encode(struct mrmgr__patch_site *s, uintptr_t tramp);

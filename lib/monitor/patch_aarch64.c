@@ -242,14 +242,16 @@ size_t mrmgr__patch_arch_tramp_size(void)
 
 void mrmgr__patch_arch_tramp(unsigned char *buf, uintptr_t hook)
 {
-	/* xpaclri: a `paciasp` left at the entry signed LR, and the hook
-	 * returns with a plain `ret` (a no-op on an unsigned LR, and a NOP
-	 * without pointer authentication). */
+	/* bti jc: the page is guarded where the CPU has BTI (patch_bti.c);
+	 * the entry's `b` needs no landing pad, another patcher chaining
+	 * through it by register does. xpaclri: a `paciasp` left at the
+	 * entry signed LR, and the hook returns with a plain `ret` (a no-op
+	 * on an unsigned LR, and a NOP without pointer authentication). */
 	const uint32_t code[4] = {
+		INSN_BTI_JC, /* bti jc */
 		0xd50320ffu, /* xpaclri */
-		0x58000070u, /* ldr x16, #12 */
+		0x58000050u, /* ldr x16, #8 */
 		0xd61f0200u, /* br x16 */
-		0xd503201fu, /* nop */
 	};
 
 	memcpy(buf, code, 16);

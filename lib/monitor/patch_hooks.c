@@ -29,6 +29,7 @@
 
 #include "monitor.h"
 #include "patch.h"
+#include "release_table.h"
 
 #if MRMGR__PATCH_SUPPORTED
 
@@ -157,41 +158,10 @@ static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags,
 	return is_err(r) ? (set_errno(r), MAP_FAILED) : (void *)r;
 }
 
-/* Advice that leaves the pages (and their contents) where they are; any
- * other value, including ones newer than this file, is reported. */
-static int advice_keeps_pages(int adv)
-{
-	switch (adv) {
-	case 0:  /* NORMAL */
-	case 1:  /* RANDOM */
-	case 2:  /* SEQUENTIAL */
-	case 3:  /* WILLNEED */
-	case 10: /* DONTFORK */
-	case 11: /* DOFORK */
-	case 12: /* MERGEABLE (KSM never merges pinned pages) */
-	case 13: /* UNMERGEABLE */
-	case 14: /* HUGEPAGE */
-	case 15: /* NOHUGEPAGE */
-	case 16: /* DONTDUMP */
-	case 17: /* DODUMP */
-	case 18: /* WIPEONFORK (the child's copy only) */
-	case 19: /* KEEPONFORK */
-	case 20: /* COLD */
-	case 21: /* PAGEOUT (pinned pages stay) */
-	case 22: /* POPULATE_READ */
-	case 23: /* POPULATE_WRITE */
-	case 103: /* GUARD_REMOVE */
-		return 1;
-	default: /* DONTNEED, FREE, REMOVE, DONTNEED_LOCKED, HWPOISON,
-		  * SOFT_OFFLINE, GUARD_INSTALL, COLLAPSE, unknown */
-		return 0;
-	}
-}
-
 static int hook_madvise(void *a, size_t l, int adv)
 {
 	uint64_t s = 0, e = 0;
-	int rep = !advice_keeps_pages(adv) && span((uintptr_t)a, l, &s, &e);
+	int rep = mrmgr__advice_releases(adv) && span((uintptr_t)a, l, &s, &e);
 	long r;
 
 	probe(MRMGR__PT_MADVISE);
@@ -217,7 +187,7 @@ static void *hook_mmap(void *a, size_t l, int prot, int flags, int fd,
 		return MAP_FAILED;
 	}
 	/* MAP_FIXED replaces what was there; MAP_FIXED_NOREPLACE alone cannot. */
-	if (flags & MAP_FIXED)
+	if (mrmgr__mmap_releases(flags))
 		rep = span((uintptr_t)a, l, &s, &e);
 	if (rep)
 		mrmgr__mon_change_begin(s, e);
@@ -290,7 +260,7 @@ static void *hook_shmat(int id, const void *a, int flg)
 	long r;
 
 	probe(MRMGR__PT_SHMAT);
-	if ((flg & SHM_REMAP) && a)
+	if (mrmgr__shmat_releases(flg) && a)
 		rep = shmat_range(id, a, flg, &s, &e);
 	if (rep)
 		mrmgr__mon_change_begin(s, e);
@@ -483,7 +453,7 @@ static inline void *chain_mremap(uintptr_t next, void *old, size_t old_len, size
 static inline int chain_madvise(uintptr_t next, void *a, size_t l, int adv)
 {
 	uint64_t s = 0, e = 0;
-	int rep = !advice_keeps_pages(adv) && span((uintptr_t)a, l, &s, &e);
+	int rep = mrmgr__advice_releases(adv) && span((uintptr_t)a, l, &s, &e);
 	int r, err;
 
 	probe(MRMGR__PT_MADVISE);
@@ -501,7 +471,7 @@ static inline void *chain_mmap(uintptr_t next, void *a, size_t l, int prot, int 
 			long off)
 {
 	uint64_t s = 0, e = 0;
-	int rep = (flags & MAP_FIXED) && span((uintptr_t)a, l, &s, &e), err;
+	int rep = mrmgr__mmap_releases(flags) && span((uintptr_t)a, l, &s, &e), err;
 	void *r;
 
 	probe(MRMGR__PT_MMAP);
@@ -584,7 +554,7 @@ static inline void *chain_shmat(uintptr_t next, int id, const void *a, int flg)
 	void *r;
 
 	probe(MRMGR__PT_SHMAT);
-	if ((flg & SHM_REMAP) && a)
+	if (mrmgr__shmat_releases(flg) && a)
 		rep = shmat_range(id, a, flg, &s, &e);
 	if (rep)
 		mrmgr__mon_change_begin(s, e);

@@ -46,7 +46,9 @@ int mrmgr__patch_test_site(void *fn, long nr, void (*hook)(void),
 	if (!tramp)
 		return ENOMEM;
 	mrmgr__patch_arch_tramp((unsigned char *)tramp, (uintptr_t)hook);
-	if (mprotect((void *)tramp, pg, PROT_READ | PROT_EXEC))
+	mrmgr__patch_bti_note(a);
+	if (mprotect((void *)tramp, pg,
+		     PROT_READ | PROT_EXEC | mrmgr__patch_bti_tramp_prot()))
 		return errno;
 	mrmgr__patch_arch_flush(tramp, pg);
 	mrmgr__patch_arch_encode(s, tramp);

@@ -289,6 +289,15 @@ int mrmgr__mon_queue_saw(uint64_t from, uint64_t start, uint64_t last)
 	return 0;
 }
 
+int mrmgr__mon_queue_read(uint64_t idx, uint64_t *start, uint64_t *last)
+{
+	uint64_t tail = mrmgr__mon_queue_tail();
+
+	if (idx >= tail || tail - idx > RING_SIZE)
+		return 0;
+	return read_slot(idx, start, last) > 0;
+}
+
 void mrmgr__mon_queue_fork_child(void)
 {
 	/* Only the forking thread exists in the child: no batch runs. */

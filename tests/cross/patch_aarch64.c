@@ -19,6 +19,8 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,6 +108,69 @@ static uint64_t mark;
 static int saw(const void *p, size_t l)
 {
 	return mrmgr__mon_queue_saw(mark, (uintptr_t)p, (uintptr_t)p + l - 1);
+}
+
+/* ------------------------------------------------------------ BTI */
+
+/*
+ * Whether the page holding at is guarded (PROT_BTI): an indirect call to
+ * at, which must not be a landing pad, faults (SIGILL) only there. What
+ * runs when it does not fault must be harmless with (a0, a1): callers
+ * pick a point inside munmap's path (munmap(NULL, 0): EINVAL).
+ * /proc/self/maps does not show the bit, so this is how it is read back.
+ */
+static sigjmp_buf bti_jb;
+static void bti_ill(int sig)
+{
+	(void)sig;
+	siglongjmp(bti_jb, 1);
+}
+
+static int guarded_at(uintptr_t at, long a0, long a1)
+{
+	struct sigaction sa = { .sa_handler = bti_ill }, old;
+	long (*volatile f)(long, long) = (long (*)(long, long))at;
+	int g = 0;
+
+	sigaction(SIGILL, &sa, &old);
+	if (sigsetjmp(bti_jb, 1))
+		g = 1;
+	else
+		(void)f(a0, a1);
+	sigaction(SIGILL, &old, NULL);
+	return g;
+}
+
+static int cpu_bti(void)
+{
+	return !!(getauxval(AT_HWCAP2) & (1ul << 17));
+}
+
+/* libc's pages keep the loader's PROT_BTI through patching, and the
+ * trampoline page is guarded with a landing pad at each slot's start. */
+static void check_bti_kept(int before)
+{
+	uintptr_t at = (uintptr_t)munmap + 4, slot;
+	unsigned int len;
+	int after = guarded_at(at, 0, 0);
+	uint32_t first;
+
+	printf("libc's munmap page: PROT_BTI %s before patching, %s after\n",
+	       before ? "on" : "off", after ? "on" : "off");
+	CHECK(after == before);
+	CHECK(guarded_at((uintptr_t)madvise + 4, 0, 0) == before);
+	/* The entry's jump: after a bti (trixie), at the entry (Debian
+	 * 12's NOP is replaced). */
+	memcpy(&first, (const void *)munmap, 4);
+	slot = mrmgr__patch_arch_foreign((first & 0xffffff3fu) == 0xd503241fu
+						 ? at : at - 4, &len);
+	CHECK(slot != 0);
+	if (!slot)
+		return;
+	printf("trampoline slot %#lx: %s\n", (unsigned long)slot,
+	       guarded_at(slot + 4, 0, 0) ? "guarded" : "not guarded");
+	CHECK(guarded_at(slot + 4, 0, 0) == cpu_bti());
+	CHECK(guarded_at(slot, 0, 0) == 0); /* bti jc lands */
 }
 
 /* ------------------------------------------------------------ others */
@@ -251,11 +316,11 @@ static void *sh_caller(void *arg)
 }
 
 /*
- * Guard the shapes' pages as a BTI-enabled loader would (the cross
- * sysroot's does not, here): an indirect call that lands on anything but
- * bti/paciasp then faults. The engine's mprotect() back to read+execute
- * after its store drops PROT_BTI (see doc/monitor.md), so the guard is
- * put back right after each patch, before the callers see it done.
+ * Guard the shapes' pages as a BTI-enabled loader would (Debian 12's
+ * ld.so, built without BTI support, does not): an indirect call that
+ * lands on anything but bti/paciasp then faults. Once, before the first
+ * patch: the engine keeps PROT_BTI on a BTI-marked object's pages
+ * (patch_bti.c), which each shape checks after its patch.
  */
 static int bti_guard(void)
 {
@@ -293,7 +358,6 @@ static int shape(const char *name, shape_fn fn, long nr, long a0, long a1,
 		while (__atomic_load_n(&sh_before[k], __ATOMIC_RELAXED) < 100)
 			sched_yield();
 	err = mrmgr__patch_test_site((void *)fn, nr, (void (*)(void))sh_hook, &s);
-	(void)bti_guard();
 	if (!err)
 		__atomic_store_n(&sh_patched, 1, __ATOMIC_RELEASE);
 	else
@@ -315,6 +379,9 @@ static int shape(const char *name, shape_fn fn, long nr, long a0, long a1,
 		CHECK(seen == sh_hook_calls);
 		CHECK(seen >= (unsigned long)SH_THREADS * SH_CALLS);
 		CHECK(sh_fn(a0, a1, a2, 0, 0, a5) == SH_HOOKED);
+		/* The engine kept the guard (the object is BTI-marked): an
+		 * indirect call past the landing pad still faults. */
+		CHECK(guarded_at(s.at, 0, 0) == cpu_bti());
 	}
 	return err;
 }
@@ -342,12 +409,15 @@ int main(void)
 	uintptr_t cu;
 	int err, id;
 
+	int libc_bti = guarded_at((uintptr_t)munmap + 4, 0, 0);
+
 	err = mrmgr__patch_start();
 	printf("install: %s, targets %#x\n", strerror(err), mrmgr__patch_targets());
 	CHECK(err == 0);
 	CHECK(mrmgr__patch_targets() == MRMGR__PT_ALWAYS);
 	CHECK(mrmgr__patch_chained() == 0);
 	check_forms();
+	check_bti_kept(libc_bti);
 
 	p = mmap(NULL, 4 * pg, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -413,6 +483,7 @@ int main(void)
 	mark = nlog;
 	CHECK(munmap(p, pg) == 0);
 	CHECK(saw(p, pg));
+	check_bti_kept(libc_bti); /* unpatched and patched again */
 	check_overwritten();
 	check_shapes();
 	printf("patch_aarch64: %s, %d check(s) failed\n", fails ? "FAILED" : "ok",

@@ -20,6 +20,7 @@
 
 #include "monitor_helpers.h"
 #include "monitor.h"
+#include "stale.h"
 
 #define SLOTS 16
 #define SLOT_LEN (16 * KiB)
@@ -322,6 +323,13 @@ static void torture_run(int threads)
 		    (unsigned long long)mrmgr__watch_unregistered_seen,
 		    (unsigned long long)mrmgr__watch_probe_failed);
 	cr_assert_eq(stale, 0);
+	/* MRMGR_CHECK=stale: every get checked, none stale. */
+	cr_assert_eq(cstats(t.f.cache).stale_hits, 0);
+	if (mrmgr__stale_wanted(0)) {
+		cr_log_info("stale check: %llu gets checked, 0 stale",
+			    (unsigned long long)cstats(t.f.cache).stale_checks);
+		cr_assert_gt(cstats(t.f.cache).stale_checks, want / 4);
+	}
 	/* Bounds scale with the run: 1% of it per kind (each is about 8%),
 	 * half of it in writes (about 75%). */
 	for (int k = 0; k < EV_KINDS; k++)
@@ -345,4 +353,13 @@ Test(torture, two_threads_100k_events, .timeout = 600)
 Test(torture, four_threads_100k_events, .timeout = 600)
 {
 	torture_run(4);
+}
+
+/* The stale check (lib/core/stale.c) stays quiet: 20,000 events unless
+ * MRMGR_TEST_TORTURE_EVENTS says (each get reads pagemap). */
+Test(torture, two_threads_stale_check_quiet, .timeout = 600)
+{
+	setenv("MRMGR_CHECK", "stale", 1);
+	setenv("MRMGR_TEST_TORTURE_EVENTS", "20000", 0);
+	torture_run(2);
 }
