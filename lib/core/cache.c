@@ -125,7 +125,12 @@ int mrmgr__cache_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 		pthread_mutexattr_destroy(&ma);
 	}
 	pthread_cond_init(&c->inflight_done, NULL);
-	ret = mrmgr__ext_init(c);
+	ret = mrmgr__view_init(c);
+	if (!ret) {
+		ret = mrmgr__ext_init(c);
+		if (ret)
+			mrmgr__view_fini(c);
+	}
 	if (ret) {
 		pthread_cond_destroy(&c->inflight_done);
 		pthread_mutex_destroy(&c->lock);
@@ -202,6 +207,7 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 	mrmgr__lookup_fini(c);
 	/* The regions' memory is their slabs'; the features' is theirs. */
 	mrmgr__ext_free(c);
+	mrmgr__view_fini(c);
 	mrmgr__region_slabs_free(&c->rslabs);
 	free(c->all);
 	pthread_cond_destroy(&c->inflight_done);

@@ -74,6 +74,11 @@ struct mrmgr_cache {
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
 	const struct mrmgr__ext *const *exts; /* the features (ext.h) */
+	struct mrmgr__core_view view;    /* what features read (core.h) */
+	size_t *ext_off;                 /* view.c: per feature, the offset
+					  * of its state in ext_priv */
+	size_t *ext_roff;                /* and of its state in a region */
+	char *ext_priv;                  /* the features' private state */
 	unsigned int ext_hooks; /* which per-region hooks any feature has (ext.c) */
 	unsigned int reg_access;         /* ORed into every registration */
 	int unpinned;                    /* registrations pin nothing (ODP):
@@ -95,7 +100,6 @@ struct mrmgr_cache {
 	struct mrmgr_stats st;           /* slow-path counters */
 	struct mrmgr__odp *odp;          /* odp.c: mode, implicit MR */
 	int rereg;                       /* grow.c: enum mrmgr__rereg_verdict */
-	struct mrmgr__lru_link bufs;     /* buf.c: the cache's buffers */
 	struct mrmgr__lookup lookup;     /* lookup.c: the index's writer side */
 	struct mrmgr__share_cache *share; /* share.c: other PDs, exports;
 					   * NULL until needed */
@@ -110,6 +114,11 @@ struct mrmgr_cache {
 	struct ibv_mr **deferred;        /* dereg.c: failed deregistrations */
 	size_t ndeferred, deferred_cap;
 };
+
+/* view.c: the view and the features' state, at creation (0 or ENOMEM)
+ * and destruction. */
+int mrmgr__view_init(struct mrmgr_cache *c);
+void mrmgr__view_fini(struct mrmgr_cache *c);
 
 /* ext.c: the features' hooks (ext.h), run in list order. */
 int mrmgr__ext_init(struct mrmgr_cache *c);

@@ -12,10 +12,125 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <mrmgr/mrmgr.h>
+
+#include "device.h"
+
 struct ibv_mr;
 struct ibv_pd;
 struct mrmgr_cache;
 struct mrmgr_region;
+struct mrmgr__ext;
+
+/* ------------------------------------------------------------ the view */
+
+/*
+ * The cache as a feature reads it: what the core decided at creation
+ * (the device, its capabilities, the effective configuration, the page
+ * size), never written by a feature. The PD changes only through
+ * mrmgr__core_move_pd(). Valid for the cache's life.
+ */
+struct mrmgr__core_view {
+	struct ibv_pd *pd;                  /* the cache's (first) PD */
+	const struct mrmgr_device_ops *ops; /* its device's provider */
+	const struct mrmgr__dev_caps *caps; /* what the device said */
+	uint64_t max_regions, max_bytes;    /* the limits */
+	uint64_t cfg_flags;                 /* enum mrmgr_cache_flags */
+	uint32_t odp_mode, odp_flags, odp_transports, odp_ops;
+	unsigned int page_shift;
+	unsigned int nstripes;              /* reference stripes (slots) */
+};
+const struct mrmgr__core_view *mrmgr__core_view(const struct mrmgr_cache *c);
+
+/* The calling thread's reference slot in c. No lock. */
+unsigned int mrmgr__core_slot(const struct mrmgr_cache *c);
+
+/*
+ * A feature's private state, ext->priv_size zeroed bytes the core
+ * allocated before the feature's init and frees after its free hook
+ * (NULL when the feature is not in c's list or asked for none); and a
+ * region's, ext->region_size bytes beside the region, zeroed when the
+ * region is first made and kept while the cache lives (regions are
+ * type-stable: the state survives the region's reuse). No lock.
+ */
+void *mrmgr__core_priv(const struct mrmgr_cache *c,
+		       const struct mrmgr__ext *ext);
+void *mrmgr__core_region_priv(const struct mrmgr_region *r,
+			      const struct mrmgr__ext *ext);
+
+/* A fresh registration number (the one a region takes when it is
+ * registered or re-registered), lock held. */
+uint64_t mrmgr__core_next_gen(struct mrmgr_cache *c);
+
+/* ------------------------------------------------------------ counters */
+
+/*
+ * The one counter API: add delta (negative for gauges going down) to
+ * the slow-path statistic named by field (struct mrmgr_stats), lock held.
+ */
+void mrmgr__core_count_at(struct mrmgr_cache *c, size_t offset, int64_t delta);
+#define mrmgr__core_count(c, field, delta)                                  \
+	mrmgr__core_count_at((c), offsetof(struct mrmgr_stats, field) +     \
+			     0 * sizeof(char[sizeof(((struct mrmgr_stats *)0)->field) == 8 ? 1 : -1]), \
+			     (int64_t)(delta))
+
+/* ------------------------------------------------------------ regions */
+
+/* What backs a region; set once when it is made. */
+enum mrmgr__region_kind {
+	MRMGR__REGION_PINNED = 0, /* its own pinned MR */
+	MRMGR__REGION_ODP,        /* its own explicit ODP MR: nothing pinned */
+	MRMGR__REGION_VIEW,       /* a range of the cache's implicit ODP MR:
+				   * no MR of its own, never deregistered */
+};
+
+/*
+ * Bits of a region's flags: what backs the MR beyond plain pinned
+ * memory. grow.c never re-registers such a region in place (a translation
+ * rereg makes a shared MR private; peer memory and dma-buf MRs have no
+ * user translation to change): they grow by make-before-break.
+ */
+enum mrmgr__region_flags {
+	MRMGR__REGION_SHARED = 1u << 0, /* shared with other PDs or processes */
+	MRMGR__REGION_PEER = 1u << 1,   /* peer memory or dma-buf */
+	MRMGR__REGION_BUFFER = 1u << 2, /* a growable buffer's (buf.c) */
+};
+
+/* A region as a feature reads it (lock held, or the region held). */
+uint64_t mrmgr__rgn_start(const struct mrmgr_region *r);
+uint64_t mrmgr__rgn_last(const struct mrmgr_region *r);
+struct ibv_mr *mrmgr__rgn_mr(const struct mrmgr_region *r);
+unsigned int mrmgr__rgn_access(const struct mrmgr_region *r);
+int mrmgr__rgn_kind(const struct mrmgr_region *r); /* mrmgr__region_kind */
+unsigned int mrmgr__rgn_flags(const struct mrmgr_region *r);
+uint64_t mrmgr__rgn_gen(const struct mrmgr_region *r);
+struct mrmgr_cache *mrmgr__rgn_cache(const struct mrmgr_region *r);
+/* Whether hits may take it (in the tree, on the LRU). */
+int mrmgr__rgn_live(const struct mrmgr_region *r);
+/* Set and clear bits of its flags (lock held). */
+void mrmgr__rgn_set_flags(struct mrmgr_region *r, unsigned int set,
+			  unsigned int clear);
+/* Take one reference on slot (a region the caller holds, or live under
+ * the lock). */
+void mrmgr__rgn_ref(struct mrmgr_region *r, unsigned int slot);
+
+/* ------------------------------------------------------------ iterators */
+
+/*
+ * The cached regions overlapping [start, last], in address order (lock
+ * held; the loop may not change the tree), and every region the cache
+ * ever made, whatever its state (lock held).
+ */
+struct mrmgr_region *mrmgr__core_first_overlap(struct mrmgr_cache *c,
+					       uint64_t start, uint64_t last);
+struct mrmgr_region *mrmgr__core_next_overlap(struct mrmgr_region *r,
+					      uint64_t start, uint64_t last);
+#define mrmgr__core_for_each_overlap(c, r, start, last)                     \
+	for ((r) = mrmgr__core_first_overlap((c), (start), (last)); (r);    \
+	     (r) = mrmgr__core_next_overlap((r), (start), (last)))
+struct mrmgr_region *mrmgr__core_region_at(struct mrmgr_cache *c, size_t i);
+#define mrmgr__core_for_each_region(c, r, i)                                \
+	for ((i) = 0; ((r) = mrmgr__core_region_at((c), (i))) != NULL; (i)++)
 
 /* The cache lock: every slow-path step below runs under it. */
 void mrmgr__core_lock(struct mrmgr_cache *c);

@@ -7,8 +7,12 @@
  * or invalidated, statistics): never on a hit, and a hit never looks at
  * the list. Every hook may be NULL; they run in list order.
  *
- * A feature keeps its per-cache state in the cache fields named for it
- * (cache.h), which the core never reads.
+ * A feature keeps its per-cache state in priv_size bytes the core
+ * allocates for it (mrmgr__core_priv()) and its per-region state in
+ * region_size bytes beside each region (mrmgr__core_region_priv()), as
+ * UCX's region_struct_size and libfabric's entry_data_size; the features
+ * not moved there yet (issue 27) keep theirs in the cache fields named
+ * for them (cache.h), which the core never reads.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -59,6 +63,9 @@ struct mrmgr__miss {
 
 struct mrmgr__ext {
 	const char *name;
+	/* Bytes of private state per cache and per region (core.h). */
+	size_t priv_size;
+	size_t region_size;
 	/* Creation, cache not shared yet: 0 or a positive errno (the hooks
 	 * that ran are undone by fini and free). */
 	int (*init)(struct mrmgr_cache *c);

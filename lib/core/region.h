@@ -34,6 +34,7 @@
 #include <infiniband/verbs.h>
 
 #include "compiler.h"
+#include "core.h"
 #include "itree.h"
 #include "monitor.h"
 
@@ -53,25 +54,7 @@ enum mrmgr__region_state {
 	MRMGR__REGION_ABANDONED,
 };
 
-/* What backs a region; set once when it is made. */
-enum mrmgr__region_kind {
-	MRMGR__REGION_PINNED = 0, /* its own pinned MR */
-	MRMGR__REGION_ODP,        /* its own explicit ODP MR: nothing pinned */
-	MRMGR__REGION_VIEW,       /* a range of the cache's implicit ODP MR:
-				   * no MR of its own, never deregistered */
-};
-
-/*
- * Bits of mrmgr_region::flags: what backs the MR beyond plain pinned
- * memory. grow.c never re-registers such a region in place (a translation
- * rereg makes a shared MR private; peer memory and dma-buf MRs have no
- * user translation to change): they grow by make-before-break.
- */
-enum mrmgr__region_flags {
-	MRMGR__REGION_SHARED = 1u << 0, /* shared with other PDs or processes */
-	MRMGR__REGION_PEER = 1u << 1,   /* peer memory or dma-buf */
-	MRMGR__REGION_BUFFER = 1u << 2, /* a growable buffer's (buf.c) */
-};
+/* Kinds and flags of a region: core.h (features read them). */
 
 /*
  * A reference word: bit 0 "not live" (the region's state is not

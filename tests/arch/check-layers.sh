@@ -30,7 +30,6 @@ ALLOW
 # goes when it is moved onto core.h). Only removals here.
 cat >>"$tmp/allow" <<'ALLOW'
 ext-includes-core-private ext/alias.c cache.h
-ext-includes-core-private ext/buf.c cache.h
 ext-includes-core-private ext/export.c cache.h
 ext-includes-core-private ext/features.c cache.h
 ext-includes-core-private ext/grow.c cache.h
