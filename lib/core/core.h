@@ -42,6 +42,10 @@ struct mrmgr__core_view {
 };
 const struct mrmgr__core_view *mrmgr__core_view(const struct mrmgr_cache *c);
 
+/* The cache's flags word as hits read it (enum mrmgr_cache_flags and
+ * ext.h's bits). No lock. */
+uint64_t mrmgr__core_flags(const struct mrmgr_cache *c);
+
 /* The calling thread's reference slot in c. No lock. */
 unsigned int mrmgr__core_slot(const struct mrmgr_cache *c);
 
@@ -96,17 +100,42 @@ enum mrmgr__region_flags {
 	MRMGR__REGION_BUFFER = 1u << 2, /* a growable buffer's (buf.c) */
 };
 
+enum mrmgr__region_state {
+	/* In the tree and on the LRU: hits may take it. */
+	MRMGR__REGION_LIVE = 0,
+	/* Being checked for eviction under the cache lock. */
+	MRMGR__REGION_EVICTING,
+	/* Out of the tree; deregistered when its references reach zero. */
+	MRMGR__REGION_DETACHED,
+	/* On the free list. */
+	MRMGR__REGION_FREE,
+	/* A fork child's copy of a region its parent held: never released. */
+	MRMGR__REGION_ABANDONED,
+};
+
 /* A region as a feature reads it (lock held, or the region held). */
 uint64_t mrmgr__rgn_start(const struct mrmgr_region *r);
 uint64_t mrmgr__rgn_last(const struct mrmgr_region *r);
+static inline uint64_t mrmgr__rgn_len(const struct mrmgr_region *r)
+{
+	return mrmgr__rgn_last(r) - mrmgr__rgn_start(r) + 1;
+}
 struct ibv_mr *mrmgr__rgn_mr(const struct mrmgr_region *r);
 unsigned int mrmgr__rgn_access(const struct mrmgr_region *r);
 int mrmgr__rgn_kind(const struct mrmgr_region *r); /* mrmgr__region_kind */
 unsigned int mrmgr__rgn_flags(const struct mrmgr_region *r);
 uint64_t mrmgr__rgn_gen(const struct mrmgr_region *r);
 struct mrmgr_cache *mrmgr__rgn_cache(const struct mrmgr_region *r);
+int mrmgr__rgn_state(const struct mrmgr_region *r); /* mrmgr__region_state */
 /* Whether hits may take it (in the tree, on the LRU). */
 int mrmgr__rgn_live(const struct mrmgr_region *r);
+/* The sum of its references (lock held). */
+int64_t mrmgr__rgn_refs(const struct mrmgr_region *r);
+/* A feature keeps state for r that its release hook must see with the
+ * lock held: r is deregistered under the lock from now on, never after
+ * it (an evicted region's MR otherwise goes once the lock is free). For
+ * the cache's life. */
+void mrmgr__rgn_release_locked(struct mrmgr_region *r);
 /* Set and clear bits of its flags (lock held). */
 void mrmgr__rgn_set_flags(struct mrmgr_region *r, unsigned int set,
 			  unsigned int clear);

@@ -39,20 +39,8 @@
 #include "monitor.h"
 
 struct mrmgr_cache;
-struct mrmgr__share;
 
-enum mrmgr__region_state {
-	/* In the tree and on the LRU: hits may take it. */
-	MRMGR__REGION_LIVE = 0,
-	/* Being checked for eviction under the cache lock. */
-	MRMGR__REGION_EVICTING,
-	/* Out of the tree; deregistered when its references reach zero. */
-	MRMGR__REGION_DETACHED,
-	/* On the free list. */
-	MRMGR__REGION_FREE,
-	/* A fork child's copy of a region its parent held: never released. */
-	MRMGR__REGION_ABANDONED,
-};
+/* States of a region: core.h. */
 
 /* Kinds and flags of a region: core.h (features read them). */
 
@@ -128,8 +116,8 @@ struct mrmgr_region {
 	struct mrmgr_region *free_next;
 	uint32_t spared;               /* evict.c: round of its last second
 					* chance */
-	struct mrmgr__share *share;    /* share.c: its share set; NULL until
-					* needed, kept while the cache lives */
+	int release_locked;            /* a feature's state needs the lock
+					* at release (core.h), for good */
 	uint64_t asked_start, asked_last; /* what gets asked of it: its
 					   * range less headroom (miss.c,
 					   * merge) */

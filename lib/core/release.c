@@ -115,7 +115,7 @@ void mrmgr__cache_release_region(struct mrmgr_cache *c, struct mrmgr_region *r)
 	int ret;
 
 	mrmgr__region_gone(c, r); /* the caller's callback: keys still valid */
-	if (c->reap_on && !r->share && r->kind != MRMGR__REGION_VIEW) {
+	if (c->reap_on && !r->release_locked && r->kind != MRMGR__REGION_VIEW) {
 		region_retire(c, r); /* deregistered once the lock is free */
 		return;
 	}

@@ -85,6 +85,11 @@ const struct mrmgr__core_view *mrmgr__core_view(const struct mrmgr_cache *c)
 	return &c->view;
 }
 
+uint64_t mrmgr__core_flags(const struct mrmgr_cache *c)
+{
+	return __atomic_load_n(&c->flags, __ATOMIC_RELAXED);
+}
+
 unsigned int mrmgr__core_slot(const struct mrmgr_cache *c)
 {
 	return mrmgr__thread_slot() & (c->nstripes - 1);
@@ -171,6 +176,21 @@ uint64_t mrmgr__rgn_gen(const struct mrmgr_region *r)
 struct mrmgr_cache *mrmgr__rgn_cache(const struct mrmgr_region *r)
 {
 	return r->cache;
+}
+
+int mrmgr__rgn_state(const struct mrmgr_region *r)
+{
+	return mrmgr__region_state(r);
+}
+
+int64_t mrmgr__rgn_refs(const struct mrmgr_region *r)
+{
+	return mrmgr__region_refs(r, r->cache->nstripes);
+}
+
+void mrmgr__rgn_release_locked(struct mrmgr_region *r)
+{
+	r->release_locked = 1;
 }
 
 int mrmgr__rgn_live(const struct mrmgr_region *r)

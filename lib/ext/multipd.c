@@ -3,7 +3,7 @@
  *
  * A multi-PD cache is an ordinary cache (its tree, LRU, limits, locking
  * and hit path are the core's) whose regions carry a table of MRs, one
- * slot per PD the cache serves (r->share->pd_mrs). The first get of a
+ * slot per PD the cache serves (its share state's pd_mrs). The first get of a
  * range registers it in the PD that asked, through the cache's own miss
  * path, told which PD to register in (mrmgr__core_get_pd_locked(): the
  * cache's own PD never changes); gets from other PDs find the region by
@@ -49,7 +49,7 @@
 
 int mrmgr__multi_pd_index(const struct mrmgr_cache *c, const struct ibv_pd *pd)
 {
-	const struct mrmgr__share_cache *sc = c->share;
+	const struct mrmgr__share_cache *sc = mrmgr__share_cache_of(c);
 
 	if (!pd)
 		return 0;
@@ -63,7 +63,8 @@ int mrmgr__multi_pd_index(const struct mrmgr_cache *c, const struct ibv_pd *pd)
 
 struct ibv_mr *mrmgr__multi_mr(const struct mrmgr_region *r, size_t i)
 {
-	const struct mrmgr__share *sh = __atomic_load_n(&r->share, __ATOMIC_ACQUIRE);
+	const struct mrmgr__share *sh =
+		__atomic_load_n(mrmgr__share_slot(r), __ATOMIC_ACQUIRE);
 
 	if (!sh || !sh->pd_mrs)
 		return i == 0 ? r->mr : NULL;
@@ -72,7 +73,7 @@ struct ibv_mr *mrmgr__multi_mr(const struct mrmgr_region *r, size_t i)
 
 void mrmgr__share_region_new(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	struct mrmgr__share *sh = r->share; /* made by region_alloc */
+	struct mrmgr__share *sh = mrmgr__share_of(r); /* made by region_alloc */
 	/* The miss registered in the PD that asked. */
 	int i = mrmgr__multi_pd_index(c, r->mr->pd);
 
@@ -83,10 +84,10 @@ void mrmgr__share_region_new(struct mrmgr_cache *c, struct mrmgr_region *r)
 
 void mrmgr__multi_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	struct mrmgr__share *sh = r->share;
-	uint64_t len = mrmgr__region_len(r);
+	struct mrmgr__share *sh = mrmgr__share_of(r);
+	uint64_t len = mrmgr__rgn_len(r);
 
-	for (size_t i = 0; sh->pd_mrs && i < c->share->npds; i++) {
+	for (size_t i = 0; sh->pd_mrs && i < mrmgr__share_cache_of(c)->npds; i++) {
 		struct ibv_mr *mr = sh->pd_mrs[i];
 		int ret;
 
@@ -97,9 +98,9 @@ void mrmgr__multi_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 			continue; /* the core deregisters its own */
 		ret = mrmgr__core_dereg(c, mr, "a region's MR in another PD");
 		if (!ret)
-			c->st.deregistrations++;
+			mrmgr__core_count(c, deregistrations, 1);
 		mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len, -1);
-		c->st.share_pd_mrs--;
+		mrmgr__core_count(c, share_pd_mrs, -1);
 	}
 	sh->npd_mrs = 0;
 }
@@ -107,8 +108,8 @@ void mrmgr__multi_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 /* Register a referenced region in the cache's PD i as well. Lock held. */
 static int add_pd_mr(struct mrmgr_cache *c, struct mrmgr_region *r, int i)
 {
-	uint64_t start = mrmgr__region_start(r), len = mrmgr__region_len(r);
-	struct ibv_pd *pd = c->share->pds[i];
+	uint64_t start = mrmgr__rgn_start(r), len = mrmgr__rgn_len(r);
+	struct ibv_pd *pd = mrmgr__share_cache_of(c)->pds[i];
 	struct ibv_mr *mr = NULL;
 	int ret;
 
@@ -119,7 +120,7 @@ static int add_pd_mr(struct mrmgr_cache *c, struct mrmgr_region *r, int i)
 	ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start, len,
 				(int)r->access, &mr);
 	if (ret == ENOMEM || ret == EAGAIN) {
-		c->st.evict_retries++;
+		mrmgr__core_count(c, evict_retries, 1);
 		mrmgr__core_evict_all_idle(c);
 		ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start,
 					len, (int)r->access, &mr);
@@ -128,7 +129,7 @@ static int add_pd_mr(struct mrmgr_cache *c, struct mrmgr_region *r, int i)
 		   (unsigned long long)start, (unsigned long long)len,
 		   r->access, i, ret ? strerror(ret) : "ok");
 	if (ret) {
-		c->st.reg_failures++;
+		mrmgr__core_count(c, reg_failures, 1);
 		mrmgr__log(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
 							   : MRMGR_LOG_WARN,
 			   "registering [%#llx, +%llu) access %#x in PD %d: %s",
@@ -136,13 +137,13 @@ static int add_pd_mr(struct mrmgr_cache *c, struct mrmgr_region *r, int i)
 			   r->access, i, strerror(ret));
 		return ret;
 	}
-	c->st.registrations++;
-	c->st.pages_registered += len >> c->page_shift;
-	c->st.share_pd_registrations++;
-	c->st.share_pd_mrs++;
+	mrmgr__core_count(c, registrations, 1);
+	mrmgr__core_count(c, pages_registered, len >> c->page_shift);
+	mrmgr__core_count(c, share_pd_registrations, 1);
+	mrmgr__core_count(c, share_pd_mrs, 1);
 	mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len, 1);
-	r->share->npd_mrs++;
-	__atomic_store_n(&r->share->pd_mrs[i], mr, __ATOMIC_RELEASE);
+	mrmgr__share_of(r)->npd_mrs++;
+	__atomic_store_n(&mrmgr__share_of(r)->pd_mrs[i], mr, __ATOMIC_RELEASE);
 	mrmgr__share_update_set(c, r);
 	return 0;
 }
@@ -170,9 +171,9 @@ int mrmgr__multi_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 	}
 	mrmgr__core_lock(c);
 	if (!r) /* the miss registers in the PD that asked */
-		ret = mrmgr__core_get_pd_locked(c, c->share->pds[i], start, last,
-						access, slot, 0, &r);
-	if (!ret && !r->share->pd_mrs[i]) {
+		ret = mrmgr__core_get_pd_locked(c, mrmgr__share_cache_of(c)->pds[i],
+						start, last, access, slot, 0, &r);
+	if (!ret && !mrmgr__share_of(r)->pd_mrs[i]) {
 		ret = add_pd_mr(c, r, i);
 		if (ret)
 			mrmgr__core_unref_locked(c, r, slot);
@@ -304,7 +305,7 @@ int mrmgr__multi_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 		return ret;
 	}
 	mrmgr__core_lock(c);
-	c->share = sc;
+	*mrmgr__share_cache_slot(c) = sc;
 	c->flags |= MRMGR__CACHE_MULTI_PD;
 	mrmgr__core_unlock(c);
 	mrmgr__info("multi-PD cache over %zu PDs", npds);
