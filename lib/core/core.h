@@ -46,6 +46,15 @@ const struct mrmgr__core_view *mrmgr__core_view(const struct mrmgr_cache *c);
  * ext.h's bits). No lock. */
 uint64_t mrmgr__core_flags(const struct mrmgr_cache *c);
 
+/* Bytes of pinned registrations counted against max_bytes now (lock
+ * held). */
+uint64_t mrmgr__core_pinned_bytes(const struct mrmgr_cache *c);
+
+/* Whether memory nobody asked for (growth headroom) may be registered in
+ * c: every change to it reaches the cache before and after the kernel
+ * acts (events.c, from the memory-event sources). No lock needed. */
+int mrmgr__mon_headroom_ok(struct mrmgr_cache *c);
+
 /* The calling thread's reference slot in c. No lock. */
 unsigned int mrmgr__core_slot(const struct mrmgr_cache *c);
 

@@ -32,9 +32,7 @@ void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx);
 /* r leaves the tree: its range is no longer watched on its behalf. */
 void mrmgr__mon_unwatch(struct mrmgr_cache *c, struct mrmgr_region *r);
 
-/* Whether growth headroom may register memory nobody asked for in c
- * (no lock needed). */
-int mrmgr__mon_headroom_ok(struct mrmgr_cache *c);
+/* mrmgr__mon_headroom_ok(): core.h (features ask it). */
 
 /* fork() (fork.c). */
 void mrmgr__fork_track(struct mrmgr_cache *c);

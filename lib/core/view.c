@@ -90,6 +90,11 @@ uint64_t mrmgr__core_flags(const struct mrmgr_cache *c)
 	return __atomic_load_n(&c->flags, __ATOMIC_RELAXED);
 }
 
+uint64_t mrmgr__core_pinned_bytes(const struct mrmgr_cache *c)
+{
+	return c->pinned_bytes;
+}
+
 unsigned int mrmgr__core_slot(const struct mrmgr_cache *c)
 {
 	return mrmgr__thread_slot() & (c->nstripes - 1);

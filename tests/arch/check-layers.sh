@@ -32,8 +32,6 @@ cat >>"$tmp/allow" <<'ALLOW'
 ext-includes-core-private ext/features.c cache.h
 ext-includes-core-private ext/grow.c cache.h
 ext-includes-core-private ext/grow.c monitor.h
-ext-includes-core-private ext/headroom.c cache.h
-ext-includes-core-private ext/headroom.c monitor.h
 ext-includes-core-private ext/multipd.c cache.h
 ext-includes-core-private ext/multipd.c monitor.h
 ext-includes-core-private ext/odp.c cache.h
