@@ -99,7 +99,6 @@ struct mrmgr_cache {
 	uint64_t next_gen;
 	struct mrmgr_stats st;           /* slow-path counters */
 	struct mrmgr__odp *odp;          /* odp.c: mode, implicit MR */
-	int rereg;                       /* grow.c: enum mrmgr__rereg_verdict */
 	struct mrmgr__lookup lookup;     /* lookup.c: the index's writer side */
 	struct mrmgr__share_cache *share; /* share.c: other PDs, exports;
 					   * NULL until needed */

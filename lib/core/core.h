@@ -149,8 +149,15 @@ void mrmgr__rgn_release_locked(struct mrmgr_region *r);
 void mrmgr__rgn_set_flags(struct mrmgr_region *r, unsigned int set,
 			  unsigned int clear);
 /* Take one reference on slot (a region the caller holds, or live under
- * the lock). */
+ * the lock); _used also marks it used, as a new region is (evict.c). */
 void mrmgr__rgn_ref(struct mrmgr_region *r, unsigned int slot);
+void mrmgr__rgn_ref_used(struct mrmgr_region *r, unsigned int slot);
+/* Drop one the caller holds on slot, releasing nothing: the caller then
+ * quiesces, detaches or releases the region itself (lock held). */
+void mrmgr__rgn_unref(struct mrmgr_region *r, unsigned int slot);
+/* What gets asked of r: its range less headroom (lock held). */
+void mrmgr__rgn_set_asked(struct mrmgr_region *r, uint64_t start,
+			  uint64_t last);
 
 /* ------------------------------------------------------------ iterators */
 
@@ -240,6 +247,26 @@ void mrmgr__core_each_cached(struct mrmgr_cache *c,
  */
 int mrmgr__core_joins(const struct mrmgr_region *r, uint64_t as, uint64_t al,
 		      uint64_t s, uint64_t l);
+
+/*
+ * rereg.c: re-register idle region r, out of the tree (quiesced), in
+ * place with ibv_rereg_mr() flags (IBV_REREG_MR_CHANGE_*) to [start,
+ * start+len), access, pd. A new translation is watched first:
+ * MRMGR__REREG_UNWATCHED, nothing tried, when it cannot be. Else the
+ * device's code, its errno in *err; on 0 and IBV_REREG_MR_ERR_DO_FORK_OLD
+ * (the new registration in force) the region has its new range, access,
+ * generation and keys, and the accounting follows. What the other codes
+ * mean is the caller's (grow.c).
+ */
+#define MRMGR__REREG_UNWATCHED (-1000)
+int mrmgr__core_rereg(struct mrmgr_cache *c, struct mrmgr_region *r,
+		      int flags, struct ibv_pd *pd, uint64_t start,
+		      uint64_t len, unsigned int access, int *err);
+/*
+ * Move the cache to pd (of the same device), lock held: misses register
+ * there from now on; what is cached is the caller's to move.
+ */
+void mrmgr__core_set_pd(struct mrmgr_cache *c, struct ibv_pd *pd);
 
 /* mrmgr_get()'s access check (EINVAL and a log line). */
 int mrmgr__core_check_access(const char *fn, unsigned int access);

@@ -214,6 +214,30 @@ void mrmgr__rgn_ref(struct mrmgr_region *r, unsigned int slot)
 	mrmgr__ref_take(r, slot);
 }
 
+void mrmgr__rgn_ref_used(struct mrmgr_region *r, unsigned int slot)
+{
+	if (!(mrmgr__ref_take(r, slot) & MRMGR__REF_USED))
+		mrmgr__ref_mark_used(mrmgr__ref_word(r, slot));
+}
+
+void mrmgr__rgn_unref(struct mrmgr_region *r, unsigned int slot)
+{
+	mrmgr__ref_drop(r, slot);
+}
+
+void mrmgr__rgn_set_asked(struct mrmgr_region *r, uint64_t start,
+			  uint64_t last)
+{
+	r->asked_start = start;
+	r->asked_last = last;
+}
+
+void mrmgr__core_set_pd(struct mrmgr_cache *c, struct ibv_pd *pd)
+{
+	c->pd = pd;
+	c->view.pd = pd;
+}
+
 struct mrmgr_region *mrmgr__core_first_overlap(struct mrmgr_cache *c,
 					       uint64_t start, uint64_t last)
 {

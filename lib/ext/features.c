@@ -8,7 +8,7 @@
  */
 #include "config.h"
 
-#include "cache.h"
+#include "core.h"
 #include "ext.h"
 #include "grow.h"
 #include "odp.h"
