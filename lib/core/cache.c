@@ -68,9 +68,35 @@
 #include "hit.h"
 #include "log.h"
 
+/* MRMGR__CREATE_PINNED: no ODP, whatever was asked (0 or EOPNOTSUPP). */
+static int decide_pinned(struct mrmgr__cache_config *cfg, const char *why)
+{
+	if (cfg->odp_mode == MRMGR_ODP_OFF)
+		return 0;
+	if ((cfg->odp_flags & MRMGR_ODP_STRICT) &&
+	    cfg->odp_mode != MRMGR_ODP_AUTO) {
+		mrmgr__err("mrmgr_cache_create: ODP was asked with "
+			   "MRMGR_ODP_STRICT, but %s", why);
+		return EOPNOTSUPP;
+	}
+	cfg->odp_mode = MRMGR_ODP_OFF;
+	cfg->odp_flags &= ~(uint32_t)MRMGR_ODP_AUTO_PREFETCH;
+	mrmgr__info("ODP off, pinned registrations: %s", why);
+	return 0;
+}
+
 int mrmgr__cache_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 			const struct mrmgr__ext *const *exts,
 			struct mrmgr_cache **cache)
+{
+	return mrmgr__cache_create_ex(pd, attr, exts, 0, NULL, cache);
+}
+
+int mrmgr__cache_create_ex(struct ibv_pd *pd,
+			   const struct mrmgr_cache_attr *attr,
+			   const struct mrmgr__ext *const *exts,
+			   unsigned int cflags, const char *why,
+			   struct mrmgr_cache **cache)
 {
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
@@ -92,6 +118,8 @@ int mrmgr__cache_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 		return ret;
 	}
 	ret = mrmgr__cache_config_resolve(&cfg, attr, &caps);
+	if (!ret && (cflags & MRMGR__CREATE_PINNED))
+		ret = decide_pinned(&cfg, why ? why : "asked by a feature");
 	if (ret)
 		return ret;
 

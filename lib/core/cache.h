@@ -26,10 +26,6 @@
 #include "monitor.h"
 #include "region.h"
 
-/* The features' per-cache state: theirs to make, read and free (ext.h). */
-struct mrmgr__odp;
-struct mrmgr__share_cache;
-
 /*
  * A miss registering [start, last] with the cache lock released
  * (miss.c): other misses that would register an overlapping range wait
@@ -98,10 +94,7 @@ struct mrmgr_cache {
 	uint64_t pinned_bytes;
 	uint64_t next_gen;
 	struct mrmgr_stats st;           /* slow-path counters */
-	struct mrmgr__odp *odp;          /* odp.c: mode, implicit MR */
 	struct mrmgr__lookup lookup;     /* lookup.c: the index's writer side */
-	struct mrmgr__share_cache *share; /* share.c: other PDs, exports;
-					   * NULL until needed */
 	struct mrmgr__mon_cache mon;     /* memory events (monitor.h) */
 	struct mrmgr__inflight inflight; /* ring of registrations under way
 					  * without the lock (miss.c) */

@@ -46,6 +46,17 @@ const struct mrmgr__core_view *mrmgr__core_view(const struct mrmgr_cache *c);
  * ext.h's bits). No lock. */
 uint64_t mrmgr__core_flags(const struct mrmgr_cache *c);
 
+/*
+ * Creation only (a feature's init, the cache not shared yet): what every
+ * registration ORs into its access, and whether registrations pin
+ * nothing (ODP: max_bytes then bounds no merge); bits of the flags word
+ * to set and clear (ext.h's, which send gets to the features' hooks).
+ */
+void mrmgr__core_init_reg(struct mrmgr_cache *c, unsigned int reg_access,
+			  int unpinned);
+void mrmgr__core_init_flags(struct mrmgr_cache *c, uint64_t set,
+			    uint64_t clear);
+
 /* Bytes of pinned registrations counted against max_bytes now (lock
  * held). */
 uint64_t mrmgr__core_pinned_bytes(const struct mrmgr_cache *c);
@@ -277,7 +288,18 @@ int mrmgr__core_check_request(const char *fn, const struct mrmgr_cache *c,
 			      const void *addr, size_t length,
 			      unsigned int access, uint64_t *start,
 			      uint64_t *last);
-/* The lock-free hit path: a region referenced on slot, or NULL. */
+/*
+ * An MR more for a held region (another PD's, multipd.c): room for one
+ * more registration, the device's call with a retry after evicting every
+ * idle region, the counters and the accounting. 0 or the device's errno
+ * (counted). Lock held.
+ */
+int mrmgr__core_reg_extra(struct mrmgr_cache *c, struct ibv_pd *pd,
+			  uint64_t start, uint64_t len, unsigned int access,
+			  struct ibv_mr **mr);
+/* The lock-free hit path, as mrmgr_get() takes it (not with caching off,
+ * not while memory events wait to be applied): a region referenced on
+ * slot, or NULL. */
 struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
 					 uint64_t last, unsigned int access,
 					 unsigned int slot);

@@ -10,9 +10,9 @@
  * A feature keeps its per-cache state in priv_size bytes the core
  * allocates for it (mrmgr__core_priv()) and its per-region state in
  * region_size bytes beside each region (mrmgr__core_region_priv()), as
- * UCX's region_struct_size and libfabric's entry_data_size; the features
- * not moved there yet (issue 27) keep theirs in the cache fields named
- * for them (cache.h), which the core never reads.
+ * UCX's region_struct_size and libfabric's entry_data_size. A feature
+ * includes core.h and ext.h of the core, nothing else of it
+ * (tests/arch/check-layers.sh).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -122,5 +122,24 @@ struct mrmgr__ext {
 int mrmgr__cache_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 			const struct mrmgr__ext *const *exts,
 			struct mrmgr_cache **cache);
+
+/* Decisions a feature takes before the cache is built (create_ex()). */
+enum mrmgr__create_flags {
+	/*
+	 * Every registration pins (no ODP): an ODP mode asked for (attr or
+	 * environment) is turned off, with an info line saying why; asked
+	 * with MRMGR_ODP_STRICT for a mode other than auto, creation fails
+	 * with EOPNOTSUPP and an error line.
+	 */
+	MRMGR__CREATE_PINNED = 1u << 0,
+};
+
+/* The same with cflags (enum mrmgr__create_flags); why: the reason, for
+ * the log lines. */
+int mrmgr__cache_create_ex(struct ibv_pd *pd,
+			   const struct mrmgr_cache_attr *attr,
+			   const struct mrmgr__ext *const *exts,
+			   unsigned int cflags, const char *why,
+			   struct mrmgr_cache **cache);
 
 #endif /* MRMGR__EXT_H */

@@ -147,7 +147,9 @@ struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
 {
 	uint64_t miss_seq = 1;
 
-	return try_hit(c, start, last, access, slot, &miss_seq);
+	if (!(c->flags & MRMGR_CACHE_DISABLE) && mrmgr__mon_quiet(&c->mon_seen))
+		return try_hit(c, start, last, access, slot, &miss_seq);
+	return NULL;
 }
 
 static int get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,

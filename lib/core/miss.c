@@ -122,6 +122,30 @@ static int do_reg(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 	return ret;
 }
 
+int mrmgr__core_reg_extra(struct mrmgr_cache *c, struct ibv_pd *pd,
+			  uint64_t start, uint64_t len, unsigned int access,
+			  struct ibv_mr **mr)
+{
+	int ret;
+
+	/* Room for one more MR; when everything is in use the MR is made
+	 * anyway (the region is held: there is nothing to hand out
+	 * uncached instead) and the device has the last word. */
+	(void)mrmgr__core_make_room(c, 1, len);
+	ret = do_reg(c, pd, start, len, access, mr);
+	if (ret == ENOMEM || ret == EAGAIN) {
+		c->st.evict_retries++;
+		mrmgr__core_evict_all_idle(c);
+		ret = do_reg(c, pd, start, len, access, mr);
+	}
+	if (ret) {
+		c->st.reg_failures++;
+		return ret;
+	}
+	mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len, 1);
+	return 0;
+}
+
 /*
  * A registration costs microseconds to milliseconds (the device pins and
  * translates every page); under the lock, every other miss and every put

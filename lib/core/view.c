@@ -90,6 +90,19 @@ uint64_t mrmgr__core_flags(const struct mrmgr_cache *c)
 	return __atomic_load_n(&c->flags, __ATOMIC_RELAXED);
 }
 
+void mrmgr__core_init_reg(struct mrmgr_cache *c, unsigned int reg_access,
+			  int unpinned)
+{
+	c->reg_access = reg_access;
+	c->unpinned = unpinned;
+}
+
+void mrmgr__core_init_flags(struct mrmgr_cache *c, uint64_t set,
+			    uint64_t clear)
+{
+	c->flags = (c->flags & ~clear) | set;
+}
+
 uint64_t mrmgr__core_pinned_bytes(const struct mrmgr_cache *c)
 {
 	return c->pinned_bytes;

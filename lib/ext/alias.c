@@ -130,6 +130,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 				    struct ibv_pd *pd, unsigned int access,
 				    mrmgr_alias_t **out)
 {
+	const struct mrmgr__core_view *cv;
 	struct mrmgr_cache *c;
 	struct mrmgr_alias *al;
 	const char *why = "";
@@ -145,13 +146,14 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 		return EINVAL;
 	}
 	c = mrmgr__rgn_cache(r);
+	cv = mrmgr__core_view(c);
 	ret = mrmgr__core_check_access("mrmgr_region_alias", access);
 	if (ret)
 		return ret;
 	if (!pd)
 		pd = mrmgr__region_plain_mr(r) ? mrmgr__region_plain_mr(r)->pd
-					       : mrmgr__core_view(c)->pd;
-	if (mrmgr__dev_for(pd->context) != mrmgr__core_view(c)->ops) {
+					       : cv->pd;
+	if (mrmgr__dev_for(pd->context) != cv->ops) {
 		mrmgr__err("mrmgr_region_alias: the PD is of another backend than "
 			   "the cache's");
 		return EINVAL;
@@ -183,7 +185,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 			   strerror(ret));
 		return ret;
 	}
-	ret = mrmgr__dev_reg_mr(mrmgr__core_view(c)->ops, pd, p, len, (int)access, &mr);
+	ret = mrmgr__dev_reg_mr(cv->ops, pd, p, len, (int)access, &mr);
 	if (ret) {
 		munmap(p, len);
 		free(al);
@@ -201,7 +203,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 		ret = mrmgr__share_get(c, r);
 	if (ret) {
 		mrmgr__core_unlock(c);
-		mrmgr__dev_dereg_mr(mrmgr__core_view(c)->ops, mr);
+		mrmgr__dev_dereg_mr(cv->ops, mr);
 		munmap(p, len);
 		free(al);
 		if (ret == ESTALE)

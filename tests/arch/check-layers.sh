@@ -26,14 +26,6 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 # cache, os/ reads maps for everybody). Nothing may be added here.
 cat >"$tmp/allow" <<'ALLOW'
 ALLOW
-# Features that still include the core's private headers (issue 27: each
-# goes when it is moved onto core.h). Only removals here.
-cat >>"$tmp/allow" <<'ALLOW'
-ext-includes-core-private ext/multipd.c cache.h
-ext-includes-core-private ext/multipd.c monitor.h
-ext-includes-core-private ext/odp.c cache.h
-ext-includes-core-private ext/prefetch.c cache.h
-ALLOW
 : >"$tmp/found"
 
 # The sources, never the build's own outputs: an in-tree build (a plain
