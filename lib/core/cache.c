@@ -172,7 +172,10 @@ int mrmgr__cache_create_ex(struct ibv_pd *pd,
 		    (unsigned long long)cfg.max_bytes,
 		    cfg.flags & MRMGR_CACHE_NO_MERGE ? "off" : "on",
 		    cfg.flags & MRMGR_CACHE_DISABLE ? "off" : "on");
+	/* Subscribed, known to fork(), then the sources started. */
 	mrmgr__mon_cache_init(c);
+	mrmgr__fork_track(c);
+	mrmgr__mon_cache_start(c);
 	*cache = c;
 	return 0;
 }
@@ -231,7 +234,7 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 	mrmgr__ext_fini(c);
 	mrmgr__cache_dereg_retry(c, 1);
 	pthread_mutex_unlock(&c->lock);
-	mrmgr__mon_cache_fini(c);
+	mrmgr__fork_untrack(c);
 	mrmgr__lookup_fini(c);
 	/* The regions' memory is their slabs'; the features' is theirs. */
 	mrmgr__ext_free(c);
@@ -252,17 +255,6 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
 MRMGR_EXPORT int mrmgr_cache_destroy_ex(mrmgr_cache_t *c, uint64_t flags)
 {
 	return destroy(c, flags);
-}
-
-void mrmgr__cache_fork_child(struct mrmgr_cache *c)
-{
-	/* Their threads do not exist here; nobody waits for them either. */
-	c->inflight.prev = c->inflight.next = &c->inflight;
-	c->reap = NULL;
-	c->reap_on = 0;
-	c->age_hand = NULL;
-	c->inflight_waiters = 0;
-	pthread_cond_init(&c->inflight_done, NULL);
 }
 
 void mrmgr__core_lock(struct mrmgr_cache *c)

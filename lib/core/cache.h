@@ -25,6 +25,7 @@
 #include "events.h"
 #include "monitor.h"
 #include "region.h"
+#include "request.h"
 
 /*
  * A miss registering [start, last] with the cache lock released
@@ -207,17 +208,19 @@ void mrmgr__lru_unpark_all(struct mrmgr_cache *c);
 int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 		      uint64_t last, unsigned int access, unsigned int slot,
 		      unsigned int gflags, struct mrmgr_region **out);
+/* inflight.c, lock held: the reservation overlapping [start, last] (or
+ * NULL), link one, unlink it (waking waiters), wait for one to end. */
+struct mrmgr__inflight *mrmgr__inflight_find(struct mrmgr_cache *c,
+					     uint64_t start, uint64_t last);
+void mrmgr__inflight_begin(struct mrmgr_cache *c, struct mrmgr__inflight *f,
+			   uint64_t start, uint64_t last);
+void mrmgr__inflight_end(struct mrmgr_cache *c, struct mrmgr__inflight *f);
+void mrmgr__inflight_wait(struct mrmgr_cache *c);
 /* [start, last] is invalidated: registrations under way over it are not
  * cached. */
 void mrmgr__cache_inflight_drop(struct mrmgr_cache *c, uint64_t start,
 				uint64_t last);
 /* invalidate.c: apply the memory events that arrived since last time. */
 void mrmgr__cache_apply_events(struct mrmgr_cache *c);
-/* get.c: EINVAL and a log line, or 0 and the page-aligned range. */
-int mrmgr__cache_check_range(const char *fn, const void *addr, size_t length,
-			     uint64_t page_mask, uint64_t *start,
-			     uint64_t *last);
-/* A fork child: registrations under way belonged to other threads. */
-void mrmgr__cache_fork_child(struct mrmgr_cache *c);
 
 #endif /* MRMGR__CACHE_H */

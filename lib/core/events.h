@@ -18,10 +18,10 @@
 struct mrmgr_cache;
 struct mrmgr_region;
 
-/* Subscribe (before the cache is shared), start the sources its mode
- * relies on, and track the cache for fork(); fini undoes the tracking. */
+/* Subscribe (before the cache is shared), then start the sources its
+ * mode relies on (cache.c tracks the cache for fork() in between). */
 void mrmgr__mon_cache_init(struct mrmgr_cache *c);
-void mrmgr__mon_cache_fini(struct mrmgr_cache *c);
+void mrmgr__mon_cache_start(struct mrmgr_cache *c);
 
 /* mrmgr__watch_begin() and the rest (monitor.h) for a region of c. */
 int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,

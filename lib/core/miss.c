@@ -166,57 +166,6 @@ int mrmgr__core_reg_extra(struct mrmgr_cache *c, struct ibv_pd *pd,
  * concurrent misses never overshoot them together.
  */
 
-static struct mrmgr__inflight *inflight_find(struct mrmgr_cache *c,
-					     uint64_t start, uint64_t last)
-{
-	for (struct mrmgr__inflight *f = c->inflight.next; f != &c->inflight;
-	     f = f->next)
-		if (f->start <= last && start <= f->last)
-			return f;
-	return NULL;
-}
-
-static void inflight_begin(struct mrmgr_cache *c, struct mrmgr__inflight *f,
-			   uint64_t start, uint64_t last)
-{
-	f->start = start;
-	f->last = last;
-	f->dropped = 0;
-	f->prev = c->inflight.prev;
-	f->next = &c->inflight;
-	c->inflight.prev->next = f;
-	c->inflight.prev = f;
-}
-
-static void inflight_end(struct mrmgr_cache *c, struct mrmgr__inflight *f)
-{
-	f->prev->next = f->next;
-	f->next->prev = f->prev;
-	/* Waiters count themselves under the lock we hold: with none,
-	 * no broadcast (most misses end with nobody waiting). */
-	if (c->inflight_waiters)
-		pthread_cond_broadcast(&c->inflight_done);
-}
-
-/* Lock held; returns with it held, after some registration ended. */
-static void inflight_wait(struct mrmgr_cache *c)
-{
-	c->inflight_waiters++;
-	pthread_cond_wait(&c->inflight_done, &c->lock);
-	c->inflight_waiters--;
-}
-
-/* [start, last] is invalidated: registrations under way over it are not
- * cached. */
-void mrmgr__cache_inflight_drop(struct mrmgr_cache *c, uint64_t start,
-				uint64_t last)
-{
-	for (struct mrmgr__inflight *f = c->inflight.next; f != &c->inflight;
-	     f = f->next)
-		if (f->start <= last && start <= f->last)
-			f->dropped = 1;
-}
-
 /*
  * Register [start, +len) with the lock released; deregister the regions
  * make_room() retired first. Lock held on entry and on return.
@@ -283,8 +232,8 @@ int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 	int ret;
 
 	/* Another miss registers this already: wait for it, look again. */
-	if (unlock && inflight_find(c, start, last)) {
-		inflight_wait(c);
+	if (unlock && mrmgr__inflight_find(c, start, last)) {
+		mrmgr__inflight_wait(c);
 		return MRMGR__MISS_AGAIN;
 	}
 	if (cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE) &&
@@ -297,8 +246,8 @@ int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 		/* Also true for a region inside the request: it is absorbed. */
 		merged = merge_span(c, &rs, &rl, &racc, limit, &as, &al);
 	}
-	if (unlock && merged && inflight_find(c, rs, rl)) {
-		inflight_wait(c);
+	if (unlock && merged && mrmgr__inflight_find(c, rs, rl)) {
+		mrmgr__inflight_wait(c);
 		return MRMGR__MISS_AGAIN;
 	}
 	/* The features' say (ext.h): growth in place or headroom, the kind
@@ -319,8 +268,8 @@ int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 	merged = m.merged;
 	kind = m.kind;
 	/* Headroom may have widened the span over a reservation. */
-	if (unlock && cacheable && inflight_find(c, rs, rl)) {
-		inflight_wait(c);
+	if (unlock && cacheable && mrmgr__inflight_find(c, rs, rl)) {
+		mrmgr__inflight_wait(c);
 		return MRMGR__MISS_AGAIN;
 	}
 	/* Watched before it is pinned: a change from now on is reported.
@@ -354,7 +303,7 @@ int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 	mrmgr__core_account_reg(c, kind, rl - rs + 1, 1);
 	if (unlock) {
 		if (cacheable) {
-			inflight_begin(c, &fl, rs, rl);
+			mrmgr__inflight_begin(c, &fl, rs, rl);
 			reserved = 1;
 		}
 		ret = reg_unlocked(c, pd, rs, rl - rs + 1, racc, &mr);
@@ -383,7 +332,7 @@ int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 		/* Events that came while the lock was free may drop it. */
 		if (!mrmgr__mon_quiet(&c->mon_seen))
 			mrmgr__cache_apply_events(c);
-		inflight_end(c, &fl);
+		mrmgr__inflight_end(c, &fl);
 		/* mrmgr_cache_move_pd() meanwhile: registered in the old PD. */
 		if (!ret && !pd && mr->pd != c->pd)
 			fl.dropped = 1;

@@ -1,6 +1,6 @@
 /*
- * Room within the limits: the LRU list, and evicting idle regions as
- * evict.c picks them.
+ * Room within the limits: evicting idle regions as evict.c picks them
+ * (the LRU list itself is retire.c's).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -20,22 +20,6 @@
 #include "hit.h"
 #include "log.h"
 
-void mrmgr__lru_unlink(struct mrmgr_region *r)
-{
-	mrmgr__evict_unlinking(&r->cache->age_hand, &r->lru);
-	r->lru.prev->next = r->lru.next;
-	r->lru.next->prev = r->lru.prev;
-	r->lru.prev = r->lru.next = NULL;
-}
-
-void mrmgr__lru_append(struct mrmgr_cache *c, struct mrmgr_region *r)
-{
-	r->lru.prev = c->lru.prev;
-	r->lru.next = &c->lru;
-	c->lru.prev->next = &r->lru;
-	c->lru.prev = &r->lru;
-}
-
 /* Park a region found held on the held list (evict.c). */
 static void held_append(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
@@ -43,17 +27,6 @@ static void held_append(struct mrmgr_cache *c, struct mrmgr_region *r)
 	r->lru.next = &c->held;
 	c->held.prev->next = &r->lru;
 	c->held.prev = &r->lru;
-}
-
-/* Every parked region back on the LRU list (teardown, whole-cache walks). */
-void mrmgr__lru_unpark_all(struct mrmgr_cache *c)
-{
-	while (c->held.next != &c->held) {
-		struct mrmgr_region *r = mrmgr__lru_region(c->held.next);
-
-		mrmgr__lru_unlink(r);
-		mrmgr__lru_append(c, r);
-	}
 }
 
 /*

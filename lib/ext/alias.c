@@ -126,6 +126,21 @@ static void alias_unlink(struct mrmgr_cache *c, struct mrmgr_alias *al)
 	mrmgr__share_member_gone(c, al->r);
 }
 
+/* al joins its region's share set, and pins it (lock held). */
+static void alias_link(struct mrmgr_cache *c, struct mrmgr_alias *al)
+{
+	struct mrmgr__share *sh = mrmgr__share_of(al->r);
+
+	al->next = sh->aliases;
+	if (al->next)
+		al->next->prev = al;
+	sh->aliases = al;
+	sh->naliases++;
+	mrmgr__core_count(c, share_aliases, 1);
+	mrmgr__core_count(c, registrations, 1);
+	mrmgr__share_pin(c, al->r); /* dropped by the destroy */
+}
+
 MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 				    struct ibv_pd *pd, unsigned int access,
 				    mrmgr_alias_t **out)
@@ -217,14 +232,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 	al->addr = p;
 	al->len = len;
 	al->access = access;
-	al->next = mrmgr__share_of(r)->aliases;
-	if (al->next)
-		al->next->prev = al;
-	mrmgr__share_of(r)->aliases = al;
-	mrmgr__share_of(r)->naliases++;
-	mrmgr__core_count(c, share_aliases, 1);
-	mrmgr__core_count(c, registrations, 1);
-	mrmgr__share_pin(c, r); /* dropped by the destroy */
+	alias_link(c, al);
 	mrmgr__core_unlock(c);
 	mrmgr__dbg("alias of [%#llx, +%llu) at %p: keys %#x/%#x",
 		   (unsigned long long)start, (unsigned long long)len, p,
