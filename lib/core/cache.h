@@ -72,11 +72,14 @@ struct mrmgr_cache {
 	struct mrmgr__cache_config cfg;
 	const struct mrmgr__ext *const *exts; /* the features (ext.h) */
 	struct mrmgr__core_view view;    /* what features read (core.h) */
-	size_t *ext_off;                 /* view.c: per feature, the offset
-					  * of its state in ext_priv */
-	size_t *ext_roff;                /* and of its state in a region */
 	char *ext_priv;                  /* the features' private state */
+	void *ext_priv_of[MRMGR__EXT_MAX]; /* view.c: by feature id, its
+					    * state (NULL: none) */
+	uint16_t ext_roff_of[MRMGR__EXT_MAX]; /* and the offset of its state
+					       * in a region (0: none) */
 	unsigned int ext_hooks; /* which per-region hooks any feature has (ext.c) */
+	unsigned int ext_idle;  /* by feature id: its miss and region hooks
+				 * are skipped (mrmgr__core_init_idle()) */
 	unsigned int reg_access;         /* ORed into every registration */
 	int unpinned;                    /* registrations pin nothing (ODP):
 					  * max_bytes bounds no merge */
@@ -208,14 +211,23 @@ void mrmgr__lru_unpark_all(struct mrmgr_cache *c);
 int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 		      uint64_t last, unsigned int access, unsigned int slot,
 		      unsigned int gflags, struct mrmgr_region **out);
-/* inflight.c, lock held: the reservation overlapping [start, last] (or
- * NULL), link one, unlink it (waking waiters), wait for one to end. */
-struct mrmgr__inflight *mrmgr__inflight_find(struct mrmgr_cache *c,
-					     uint64_t start, uint64_t last);
+/* inflight.c, lock held: link a reservation, unlink it (waking
+ * waiters), wait for one to end. */
 void mrmgr__inflight_begin(struct mrmgr_cache *c, struct mrmgr__inflight *f,
 			   uint64_t start, uint64_t last);
 void mrmgr__inflight_end(struct mrmgr_cache *c, struct mrmgr__inflight *f);
 void mrmgr__inflight_wait(struct mrmgr_cache *c);
+/* The reservation overlapping [start, last], or NULL (lock held; every
+ * miss asks, and mostly none is under way). */
+static inline struct mrmgr__inflight *
+mrmgr__inflight_find(struct mrmgr_cache *c, uint64_t start, uint64_t last)
+{
+	for (struct mrmgr__inflight *f = c->inflight.next; f != &c->inflight;
+	     f = f->next)
+		if (f->start <= last && start <= f->last)
+			return f;
+	return NULL;
+}
 /* [start, last] is invalidated: registrations under way over it are not
  * cached. */
 void mrmgr__cache_inflight_drop(struct mrmgr_cache *c, uint64_t start,

@@ -57,6 +57,14 @@ void mrmgr__core_init_reg(struct mrmgr_cache *c, unsigned int reg_access,
 void mrmgr__core_init_flags(struct mrmgr_cache *c, uint64_t set,
 			    uint64_t clear);
 
+/*
+ * Creation only: ext has nothing to do for this cache's misses and
+ * regions (its plan_miss and region hooks are not called; the others
+ * are), e.g. ODP in a cache that registers pinned memory. A miss then
+ * pays nothing for the feature.
+ */
+void mrmgr__core_init_idle(struct mrmgr_cache *c, const struct mrmgr__ext *ext);
+
 /* Bytes of pinned registrations counted against max_bytes now (lock
  * held). */
 uint64_t mrmgr__core_pinned_bytes(const struct mrmgr_cache *c);

@@ -61,8 +61,15 @@ struct mrmgr__miss {
 	struct ibv_mr *view_mr;
 };
 
+/* Features a cache may have at most; their ids are below it. */
+#define MRMGR__EXT_MAX 8
+
 struct mrmgr__ext {
 	const char *name;
+	/* The feature's number, below MRMGR__EXT_MAX and its own among the
+	 * library's features (lib/ext/ids.h): where the core keeps its
+	 * state, so that finding it costs a load, not a search. */
+	unsigned int id;
 	/* Bytes of private state per cache and per region (core.h). */
 	size_t priv_size;
 	size_t region_size;

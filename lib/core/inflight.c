@@ -11,16 +11,6 @@
 
 #include "cache.h"
 
-struct mrmgr__inflight *mrmgr__inflight_find(struct mrmgr_cache *c,
-					     uint64_t start, uint64_t last)
-{
-	for (struct mrmgr__inflight *f = c->inflight.next; f != &c->inflight;
-	     f = f->next)
-		if (f->start <= last && start <= f->last)
-			return f;
-	return NULL;
-}
-
 void mrmgr__inflight_begin(struct mrmgr_cache *c, struct mrmgr__inflight *f,
 			   uint64_t start, uint64_t last)
 {

@@ -24,38 +24,45 @@
 
 int mrmgr__view_init(struct mrmgr_cache *c)
 {
-	size_t n = 0, priv = 0, rpriv = REGION_PRIV_START;
+	size_t priv = 0, rpriv = REGION_PRIV_START;
+	size_t off[MRMGR__EXT_MAX] = { 0 };
 
-	while (c->exts && c->exts[n])
-		n++;
-	c->ext_off = calloc(2 * n + 1, sizeof(*c->ext_off));
-	if (!c->ext_off)
-		return ENOMEM;
-	c->ext_roff = c->ext_off + n;
-	for (size_t i = 0; i < n; i++) {
-		c->ext_off[i] = priv;
-		priv += ALIGN8(c->exts[i]->priv_size);
-		c->ext_roff[i] = rpriv;
-		rpriv += ALIGN8(c->exts[i]->region_size);
+	for (size_t i = 0; c->exts && c->exts[i]; i++) {
+		const struct mrmgr__ext *e = c->exts[i];
+
+		/* The features' list is the library's own: a mistake here is
+		 * a programming error, caught by the first cache any test
+		 * makes. */
+		if (e->id >= MRMGR__EXT_MAX || c->ext_roff_of[e->id] ||
+		    off[e->id]) {
+			mrmgr__err("mrmgr_cache_create: feature %s: id %u "
+				   "taken or out of range", e->name, e->id);
+			return EINVAL;
+		}
+		off[e->id] = priv + 1; /* 0: none */
+		priv += ALIGN8(e->priv_size);
+		if (e->region_size) {
+			c->ext_roff_of[e->id] = (uint16_t)rpriv;
+			rpriv += ALIGN8(e->region_size);
+		}
 	}
 	if (rpriv > MRMGR__REGION_SIZE) {
-		/* The features' list is the library's own: a programming
-		 * error, caught by the first cache any test makes. */
 		mrmgr__err("mrmgr_cache_create: the features' region state "
 			   "(%zu bytes) does not fit beside a region (%zu)",
 			   rpriv - REGION_PRIV_START,
 			   (size_t)(MRMGR__REGION_SIZE - REGION_PRIV_START));
-		free(c->ext_off);
-		c->ext_off = c->ext_roff = NULL;
 		return ENOMEM;
 	}
 	if (priv) {
 		c->ext_priv = calloc(1, priv);
-		if (!c->ext_priv) {
-			free(c->ext_off);
-			c->ext_off = c->ext_roff = NULL;
+		if (!c->ext_priv)
 			return ENOMEM;
-		}
+	}
+	for (size_t i = 0; c->exts && c->exts[i]; i++) {
+		const struct mrmgr__ext *e = c->exts[i];
+
+		if (e->priv_size)
+			c->ext_priv_of[e->id] = c->ext_priv + off[e->id] - 1;
 	}
 	c->view.pd = c->pd;
 	c->view.ops = c->ops;
@@ -75,9 +82,8 @@ int mrmgr__view_init(struct mrmgr_cache *c)
 void mrmgr__view_fini(struct mrmgr_cache *c)
 {
 	free(c->ext_priv);
-	free(c->ext_off);
 	c->ext_priv = NULL;
-	c->ext_off = c->ext_roff = NULL;
+	memset(c->ext_priv_of, 0, sizeof(c->ext_priv_of));
 }
 
 const struct mrmgr__core_view *mrmgr__core_view(const struct mrmgr_cache *c)
@@ -113,35 +119,18 @@ unsigned int mrmgr__core_slot(const struct mrmgr_cache *c)
 	return mrmgr__thread_slot() & (c->nstripes - 1);
 }
 
-/* Index of ext in c's list, or -1. */
-static ptrdiff_t ext_index(const struct mrmgr_cache *c,
-			   const struct mrmgr__ext *ext)
-{
-	for (ptrdiff_t i = 0; c->exts && c->exts[i]; i++)
-		if (c->exts[i] == ext)
-			return i;
-	return -1;
-}
-
 void *mrmgr__core_priv(const struct mrmgr_cache *c,
 		       const struct mrmgr__ext *ext)
 {
-	ptrdiff_t i = ext_index(c, ext);
-
-	if (i < 0 || !ext->priv_size)
-		return NULL;
-	return c->ext_priv + c->ext_off[i];
+	return c->ext_priv_of[ext->id];
 }
 
 void *mrmgr__core_region_priv(const struct mrmgr_region *r,
 			      const struct mrmgr__ext *ext)
 {
-	const struct mrmgr_cache *c = r->cache;
-	ptrdiff_t i = ext_index(c, ext);
+	uint16_t off = r->cache->ext_roff_of[ext->id];
 
-	if (i < 0 || !ext->region_size)
-		return NULL;
-	return (char *)r + c->ext_roff[i];
+	return off ? (char *)r + off : NULL;
 }
 
 uint64_t mrmgr__core_next_gen(struct mrmgr_cache *c)

@@ -35,6 +35,7 @@
 #include "compiler.h"
 #include "core.h"
 #include "ext.h"
+#include "ids.h"
 #include "grow.h"
 #include "log.h"
 
@@ -348,6 +349,7 @@ static int buf_destroy_check(struct mrmgr_cache *c, uint64_t busy)
 
 const struct mrmgr__ext mrmgr__ext_buf = {
 	.name = "buf",
+	.id = MRMGR__EXT_ID_BUF,
 	.priv_size = sizeof(struct buf_link),
 	.init = buf_init,
 	.destroy_check = buf_destroy_check,

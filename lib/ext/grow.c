@@ -41,6 +41,7 @@
 #include "core.h"
 #include "device.h"
 #include "ext.h"
+#include "ids.h"
 #include "grow.h"
 #include "log.h"
 #include "share.h"
@@ -539,6 +540,7 @@ static int grow_plan_miss(struct mrmgr_cache *c, struct mrmgr__miss *m,
 
 const struct mrmgr__ext mrmgr__ext_grow = {
 	.name = "grow",
+	.id = MRMGR__EXT_ID_GROW,
 	.priv_size = sizeof(int),
 	.init = grow_init,
 	.plan_miss = grow_plan_miss,

@@ -42,6 +42,7 @@
 #include "core.h"
 #include "device.h"
 #include "ext.h"
+#include "ids.h"
 #include "log.h"
 #include "share.h"
 
@@ -187,6 +188,7 @@ static int multipd_get(struct mrmgr_cache *c, struct ibv_pd *pd,
  */
 const struct mrmgr__ext mrmgr__ext_multipd = {
 	.name = "multipd",
+	.id = MRMGR__EXT_ID_MULTIPD,
 	.region_alloc = multipd_region_alloc,
 	.region_added = mrmgr__share_region_new,
 	.get = multipd_get,

@@ -42,6 +42,7 @@
 #include "core.h"
 #include "device.h"
 #include "ext.h"
+#include "ids.h"
 #include "log.h"
 #include "odp.h"
 #include "vma.h"
@@ -221,6 +222,9 @@ int mrmgr__odp_init(struct mrmgr_cache *c)
 			     "ODP off (asked %s): %s; pinned registrations",
 			     mode_names[req], why);
 decided:
+	/* Off: nothing to plan or count for any miss or region. */
+	if (o->mode == MRMGR_ODP_OFF)
+		mrmgr__core_init_idle(c, &mrmgr__ext_odp);
 	if (o->mode != MRMGR_ODP_OFF) {
 		o->reg_access = IBV_ACCESS_ON_DEMAND;
 		/* The core ORs it into every registration; ODP regions pin
@@ -395,6 +399,7 @@ static void odp_after_get(struct mrmgr_cache *c, struct mrmgr_region *r,
 
 const struct mrmgr__ext mrmgr__ext_odp = {
 	.name = "odp",
+	.id = MRMGR__EXT_ID_ODP,
 	.priv_size = sizeof(struct mrmgr__odp),
 	.init = mrmgr__odp_init,
 	.fini = mrmgr__odp_fini,

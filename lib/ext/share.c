@@ -37,6 +37,7 @@
 
 #include "core.h"
 #include "ext.h"
+#include "ids.h"
 #include "log.h"
 #include "share.h"
 
@@ -425,6 +426,7 @@ static void share_free(struct mrmgr_cache *c)
 
 const struct mrmgr__ext mrmgr__ext_share = {
 	.name = "share",
+	.id = MRMGR__EXT_ID_SHARE,
 	.priv_size = sizeof(struct mrmgr__share_cache *),
 	.region_size = sizeof(struct mrmgr__share *),
 	.free = share_free,

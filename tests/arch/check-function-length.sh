@@ -23,7 +23,6 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
 cat >"$tmp/allow" <<'EXCEPTIONS'
-lib/core/miss.c mrmgr__cache_miss
 EXCEPTIONS
 
 # long FILE...: "file function lines" of each body over MAX lines. A
