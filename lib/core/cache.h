@@ -164,6 +164,18 @@ extern int mrmgr__check_puts;
  * check (the caller does the ordinary put). */
 int mrmgr__put_checked(struct mrmgr_region *r);
 
+/*
+ * account.c: registration accounting in one place. A registration's
+ * counters and debug line (ret: the device's answer); a registration of
+ * len bytes of kind (enum mrmgr__region_kind) counted (sign 1) or
+ * uncounted (-1) against the limits. Features use the pair
+ * mrmgr__core_reg_extra() / mrmgr__core_dereg_extra() (core.h).
+ */
+void mrmgr__core_reg_done(struct mrmgr_cache *c, uint64_t start, uint64_t len,
+			  unsigned int access, int ret);
+void mrmgr__core_account_reg(struct mrmgr_cache *c, int kind, uint64_t len,
+			     int sign);
+
 /* Regions callers hold now; O(n), call with the lock held. */
 uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c);
 

@@ -297,7 +297,8 @@ int mrmgr__core_check_request(const char *fn, const struct mrmgr_cache *c,
 			      unsigned int access, uint64_t *start,
 			      uint64_t *last);
 /*
- * An MR more for a held region (another PD's, multipd.c): room for one
+ * The features' accounting pair. An MR more for a held region (another
+ * PD's, multipd.c): room for one
  * more registration, the device's call with a retry after evicting every
  * idle region, the counters and the accounting. 0 or the device's errno
  * (counted). Lock held.
@@ -305,6 +306,10 @@ int mrmgr__core_check_request(const char *fn, const struct mrmgr_cache *c,
 int mrmgr__core_reg_extra(struct mrmgr_cache *c, struct ibv_pd *pd,
 			  uint64_t start, uint64_t len, unsigned int access,
 			  struct ibv_mr **mr);
+/* Its pair: deregister such an MR of len bytes (kept to retry when that
+ * fails, dereg.c), counted, and no longer against the limits. */
+void mrmgr__core_dereg_extra(struct mrmgr_cache *c, struct ibv_mr *mr,
+			     uint64_t len, const char *what);
 /* The lock-free hit path, as mrmgr_get() takes it (not with caching off,
  * not while memory events wait to be applied): a region referenced on
  * slot, or NULL. */
@@ -321,16 +326,5 @@ void mrmgr__core_evict_all_idle(struct mrmgr_cache *c);
  */
 int mrmgr__core_dereg(struct mrmgr_cache *c, struct ibv_mr *mr,
 		      const char *what);
-
-/*
- * account.c: registration accounting in one place. A registration's
- * counters and debug line (ret: the device's answer); a registration of
- * len bytes of kind (enum mrmgr__region_kind) counted (sign 1) or
- * uncounted (-1) against the limits.
- */
-void mrmgr__core_reg_done(struct mrmgr_cache *c, uint64_t start, uint64_t len,
-			  unsigned int access, int ret);
-void mrmgr__core_account_reg(struct mrmgr_cache *c, int kind, uint64_t len,
-			     int sign);
 
 #endif /* MRMGR__CORE_H */

@@ -146,6 +146,14 @@ int mrmgr__core_reg_extra(struct mrmgr_cache *c, struct ibv_pd *pd,
 	return 0;
 }
 
+void mrmgr__core_dereg_extra(struct mrmgr_cache *c, struct ibv_mr *mr,
+			     uint64_t len, const char *what)
+{
+	if (!mrmgr__core_dereg(c, mr, what))
+		c->st.deregistrations++;
+	mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len, -1);
+}
+
 /*
  * A registration costs microseconds to milliseconds (the device pins and
  * translates every page); under the lock, every other miss and every put

@@ -90,17 +90,13 @@ void mrmgr__multi_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 
 	for (size_t i = 0; sh->pd_mrs && i < mrmgr__share_cache_of(c)->npds; i++) {
 		struct ibv_mr *mr = sh->pd_mrs[i];
-		int ret;
 
 		if (!mr)
 			continue;
 		__atomic_store_n(&sh->pd_mrs[i], NULL, __ATOMIC_RELAXED);
 		if (mr == mrmgr__rgn_mr(r))
 			continue; /* the core deregisters its own */
-		ret = mrmgr__core_dereg(c, mr, "a region's MR in another PD");
-		if (!ret)
-			mrmgr__core_count(c, deregistrations, 1);
-		mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len, -1);
+		mrmgr__core_dereg_extra(c, mr, len, "a region's MR in another PD");
 		mrmgr__core_count(c, share_pd_mrs, -1);
 	}
 	sh->npd_mrs = 0;
