@@ -104,9 +104,8 @@ struct mrmgr_cache {
 					  * without the lock (miss.c) */
 	pthread_cond_t inflight_done;    /* one of them ended */
 	unsigned int inflight_waiters;   /* threads waiting on it (lock) */
-	struct mrmgr_region *reap;       /* evicted, deregistered once the
-					  * lock is released (release.c) */
-	int reap_on;                     /* evictions go to reap */
+	struct mrmgr_region *reap;       /* eviction's victims, to deregister
+					  * (retire.c; room.c) */
 	struct ibv_mr **deferred;        /* dereg.c: failed deregistrations */
 	size_t ndeferred, deferred_cap;
 };
@@ -199,6 +198,10 @@ static inline struct mrmgr_region *mrmgr__lru_region(struct mrmgr__lru_link *l)
 struct mrmgr_region *mrmgr__cache_alloc_region(struct mrmgr_cache *c);
 /* Deregister an idle region that is out of the tree, and recycle it. */
 void mrmgr__cache_release_region(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* The same for a victim of eviction, but its MR goes on c->reap for the
+ * caller to deregister (a region whose release needs the lock, or a
+ * view, is released at once). */
+void mrmgr__cache_retire_region(struct mrmgr_cache *c, struct mrmgr_region *r);
 /* Out of the tree and off the LRU (still watched: _take; unwatched:
  * _remove). */
 void mrmgr__cache_tree_take(struct mrmgr_cache *c, struct mrmgr_region *r);
@@ -212,7 +215,12 @@ uint64_t mrmgr__cache_reap_dereg(struct mrmgr_cache *c,
 void mrmgr__cache_reap_recycle(struct mrmgr_cache *c, struct mrmgr_region *list,
 			       uint64_t deregistered);
 void mrmgr__cache_reap_locked(struct mrmgr_cache *c);
-/* room.c: the LRU list; parked (held) regions back on it. */
+/* room.c: evict until n more regions of len more bytes fit (0: they
+ * cannot), or every idle region; the victims are left on c->reap for the
+ * caller (mrmgr__cache_reap_locked(), or the miss's unlocked reap). */
+int mrmgr__cache_make_room(struct mrmgr_cache *c, uint64_t n, uint64_t len);
+void mrmgr__cache_evict_all_idle(struct mrmgr_cache *c);
+/* retire.c: the LRU list; parked (held) regions back on it. */
 void mrmgr__lru_unlink(struct mrmgr_region *r);
 void mrmgr__lru_append(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__lru_unpark_all(struct mrmgr_cache *c);

@@ -87,7 +87,6 @@ static void cache_fork_child(struct mrmgr_cache *c)
 	/* Their threads do not exist here; nobody waits for them either. */
 	c->inflight.prev = c->inflight.next = &c->inflight;
 	c->reap = NULL;
-	c->reap_on = 0;
 	c->age_hand = NULL;
 	c->inflight_waiters = 0;
 	pthread_cond_init(&c->inflight_done, NULL);

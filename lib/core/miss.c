@@ -298,8 +298,7 @@ static int miss_plan(struct mrmgr_cache *c, struct miss_run *x,
 /*
  * Reserve: room within the limits and a watch on the span before it is
  * pinned (a change from now on is reported); what cannot be watched or
- * fit is registered as the request alone, uncached. Evictions are
- * deregistered with the lock released, with the registration. Then the
+ * fit is registered as the request alone, uncached. Then the
  * span counts against the limits, and with the lock to be released the
  * reservation other misses wait on is linked.
  */
@@ -310,10 +309,12 @@ static void miss_reserve(struct mrmgr_cache *c, struct miss_run *x)
 	if (x->cacheable) {
 		int room;
 
-		c->reap_on = x->unlock;
-		room = mrmgr__core_make_room(
+		room = mrmgr__cache_make_room(
 			c, 1, m->kind == MRMGR__REGION_PINNED ? span_len(x) : 0);
-		c->reap_on = 0;
+		/* The victims: deregistered with the lock released, with the
+		 * registration, or now when it keeps the lock. */
+		if (!x->unlock)
+			mrmgr__cache_reap_locked(c);
 		if (!room || mrmgr__mon_watch_begin(c, m->rs, m->rl, &x->watch)) {
 			x->cacheable = 0;
 			span_is_request(x);

@@ -115,17 +115,32 @@ void mrmgr__cache_publish_region(struct mrmgr_cache *c, struct mrmgr_region *r)
 	c->ncached++;
 }
 
+static void release_now(struct mrmgr_cache *c, struct mrmgr_region *r);
+
 /* Deregister an idle region that is out of the tree, and recycle it. */
 void mrmgr__cache_release_region(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	mrmgr__region_gone(c, r); /* the caller's callback: keys still valid */
+	release_now(c, r);
+}
+
+void mrmgr__cache_retire_region(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	mrmgr__region_gone(c, r); /* the caller's callback: keys still valid */
+	/* A feature's state that needs the lock at the release (core.h),
+	 * or a view (no MR of its own): released now. */
+	if (r->release_locked || r->kind == MRMGR__REGION_VIEW)
+		release_now(c, r);
+	else
+		region_retire(c, r); /* deregistered by whoever reaps */
+}
+
+/* mrmgr__cache_release_region() after the callback. */
+static void release_now(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	uint64_t len = mrmgr__region_len(r);
 	int ret;
 
-	mrmgr__region_gone(c, r); /* the caller's callback: keys still valid */
-	if (c->reap_on && !r->release_locked && r->kind != MRMGR__REGION_VIEW) {
-		region_retire(c, r); /* deregistered once the lock is free */
-		return;
-	}
 	mrmgr__region_clear_keys(r);
 	mrmgr__mon_unwatch(c, r); /* a no-op unless grow.c held it out */
 	if (mrmgr__unlikely(c->ndeferred))
@@ -147,8 +162,8 @@ void mrmgr__cache_release_region(struct mrmgr_cache *c, struct mrmgr_region *r)
 }
 
 /* An evicted region: everything of mrmgr__cache_release_region() but the
- * deregistration, which mrmgr__cache_reap_dereg() does once the lock is
- * free. */
+ * deregistration, which the reaper does (mrmgr__cache_reap_dereg() once
+ * the lock is free, or mrmgr__cache_reap_locked()). */
 static void region_retire(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	mrmgr__mon_unwatch(c, r);
@@ -205,6 +220,11 @@ void mrmgr__cache_reap_locked(struct mrmgr_cache *c)
 	struct mrmgr_region *reap = c->reap;
 
 	c->reap = NULL;
-	if (reap)
-		mrmgr__cache_reap_recycle(c, reap, mrmgr__cache_reap_dereg(c, reap));
+	if (!reap)
+		return;
+	/* As a release does: failed deregistrations kept from before are
+	 * retried first. */
+	if (mrmgr__unlikely(c->ndeferred))
+		mrmgr__cache_dereg_retry(c, 0);
+	mrmgr__cache_reap_recycle(c, reap, mrmgr__cache_reap_dereg(c, reap));
 }
