@@ -28,7 +28,7 @@ struct mrmgr__ext;
  * The cache as a feature reads it: what the core decided at creation
  * (the device, its capabilities, the effective configuration, the page
  * size), never written by a feature. The PD changes only through
- * mrmgr__core_move_pd(). Valid for the cache's life.
+ * mrmgr__core_set_pd(). Valid for the cache's life.
  */
 struct mrmgr__core_view {
 	struct ibv_pd *pd;                  /* the cache's (first) PD */
@@ -103,8 +103,12 @@ uint64_t mrmgr__core_next_gen(struct mrmgr_cache *c);
 void mrmgr__core_count_at(struct mrmgr_cache *c, size_t offset, int64_t delta);
 #define mrmgr__core_count(c, field, delta)                                  \
 	mrmgr__core_count_at((c), offsetof(struct mrmgr_stats, field) +     \
-			     0 * sizeof(char[sizeof(((struct mrmgr_stats *)0)->field) == 8 ? 1 : -1]), \
+				  MRMGR__STAT_IS_U64(field),                \
 			     (int64_t)(delta))
+/* 0, and a compile error unless the statistic is a 64-bit counter. */
+#define MRMGR__STAT_IS_U64(field)                                           \
+	(0 * sizeof(char[sizeof(((struct mrmgr_stats *)0)->field) == 8      \
+				 ? 1 : -1]))
 
 /* ------------------------------------------------------------ regions */
 
