@@ -68,9 +68,35 @@
 #include "hit.h"
 #include "log.h"
 
+/* MRMGR__CREATE_PINNED: no ODP, whatever was asked (0 or EOPNOTSUPP). */
+static int decide_pinned(struct mrmgr__cache_config *cfg, const char *why)
+{
+	if (cfg->odp_mode == MRMGR_ODP_OFF)
+		return 0;
+	if ((cfg->odp_flags & MRMGR_ODP_STRICT) &&
+	    cfg->odp_mode != MRMGR_ODP_AUTO) {
+		mrmgr__err("mrmgr_cache_create: ODP was asked with "
+			   "MRMGR_ODP_STRICT, but %s", why);
+		return EOPNOTSUPP;
+	}
+	cfg->odp_mode = MRMGR_ODP_OFF;
+	cfg->odp_flags &= ~(uint32_t)MRMGR_ODP_AUTO_PREFETCH;
+	mrmgr__info("ODP off, pinned registrations: %s", why);
+	return 0;
+}
+
 int mrmgr__cache_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 			const struct mrmgr__ext *const *exts,
 			struct mrmgr_cache **cache)
+{
+	return mrmgr__cache_create_ex(pd, attr, exts, 0, NULL, cache);
+}
+
+int mrmgr__cache_create_ex(struct ibv_pd *pd,
+			   const struct mrmgr_cache_attr *attr,
+			   const struct mrmgr__ext *const *exts,
+			   unsigned int cflags, const char *why,
+			   struct mrmgr_cache **cache)
 {
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
@@ -92,6 +118,8 @@ int mrmgr__cache_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 		return ret;
 	}
 	ret = mrmgr__cache_config_resolve(&cfg, attr, &caps);
+	if (!ret && (cflags & MRMGR__CREATE_PINNED))
+		ret = decide_pinned(&cfg, why ? why : "asked by a feature");
 	if (ret)
 		return ret;
 
@@ -125,7 +153,12 @@ int mrmgr__cache_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 		pthread_mutexattr_destroy(&ma);
 	}
 	pthread_cond_init(&c->inflight_done, NULL);
-	ret = mrmgr__ext_init(c);
+	ret = mrmgr__view_init(c);
+	if (!ret) {
+		ret = mrmgr__ext_init(c);
+		if (ret)
+			mrmgr__view_fini(c);
+	}
 	if (ret) {
 		pthread_cond_destroy(&c->inflight_done);
 		pthread_mutex_destroy(&c->lock);
@@ -139,7 +172,10 @@ int mrmgr__cache_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 		    (unsigned long long)cfg.max_bytes,
 		    cfg.flags & MRMGR_CACHE_NO_MERGE ? "off" : "on",
 		    cfg.flags & MRMGR_CACHE_DISABLE ? "off" : "on");
+	/* Subscribed, known to fork(), then the sources started. */
 	mrmgr__mon_cache_init(c);
+	mrmgr__fork_track(c);
+	mrmgr__mon_cache_start(c);
 	*cache = c;
 	return 0;
 }
@@ -198,10 +234,11 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 	mrmgr__ext_fini(c);
 	mrmgr__cache_dereg_retry(c, 1);
 	pthread_mutex_unlock(&c->lock);
-	mrmgr__mon_cache_fini(c);
+	mrmgr__fork_untrack(c);
 	mrmgr__lookup_fini(c);
 	/* The regions' memory is their slabs'; the features' is theirs. */
 	mrmgr__ext_free(c);
+	mrmgr__view_fini(c);
 	mrmgr__region_slabs_free(&c->rslabs);
 	free(c->all);
 	pthread_cond_destroy(&c->inflight_done);
@@ -218,17 +255,6 @@ MRMGR_EXPORT int mrmgr_cache_destroy(mrmgr_cache_t *c)
 MRMGR_EXPORT int mrmgr_cache_destroy_ex(mrmgr_cache_t *c, uint64_t flags)
 {
 	return destroy(c, flags);
-}
-
-void mrmgr__cache_fork_child(struct mrmgr_cache *c)
-{
-	/* Their threads do not exist here; nobody waits for them either. */
-	c->inflight.prev = c->inflight.next = &c->inflight;
-	c->reap = NULL;
-	c->reap_on = 0;
-	c->age_hand = NULL;
-	c->inflight_waiters = 0;
-	pthread_cond_init(&c->inflight_done, NULL);
 }
 
 void mrmgr__core_lock(struct mrmgr_cache *c)

@@ -25,10 +25,8 @@
 #include "events.h"
 #include "monitor.h"
 #include "region.h"
+#include "request.h"
 
-/* The features' per-cache state: theirs to make, read and free (ext.h). */
-struct mrmgr__odp;
-struct mrmgr__share_cache;
 struct mrmgr__stale;
 
 /*
@@ -75,7 +73,15 @@ struct mrmgr_cache {
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
 	const struct mrmgr__ext *const *exts; /* the features (ext.h) */
+	struct mrmgr__core_view view;    /* what features read (core.h) */
+	char *ext_priv;                  /* the features' private state */
+	void *ext_priv_of[MRMGR__EXT_MAX]; /* view.c: by feature id, its
+					    * state (NULL: none) */
+	uint16_t ext_roff_of[MRMGR__EXT_MAX]; /* and the offset of its state
+					       * in a region (0: none) */
 	unsigned int ext_hooks; /* which per-region hooks any feature has (ext.c) */
+	unsigned int ext_idle;  /* by feature id: its miss and region hooks
+				 * are skipped (mrmgr__core_init_idle()) */
 	unsigned int reg_access;         /* ORed into every registration */
 	int unpinned;                    /* registrations pin nothing (ODP):
 					  * max_bytes bounds no merge */
@@ -94,24 +100,28 @@ struct mrmgr_cache {
 	uint64_t pinned_bytes;
 	uint64_t next_gen;
 	struct mrmgr_stats st;           /* slow-path counters */
-	struct mrmgr__odp *odp;          /* odp.c: mode, implicit MR */
-	int rereg;                       /* grow.c: enum mrmgr__rereg_verdict */
-	struct mrmgr__lru_link bufs;     /* buf.c: the cache's buffers */
 	struct mrmgr__lookup lookup;     /* lookup.c: the index's writer side */
-	struct mrmgr__share_cache *share; /* share.c: other PDs, exports;
-					   * NULL until needed */
 	struct mrmgr__stale *stale;      /* stale.c: MRMGR_CACHE_CHECK_STALE */
+	/* stale.c's check of every get, set by its init: a pointer, so get.c
+	 * and stale.c (which gets afresh) form no cycle at link level. */
+	int (*check_get)(struct mrmgr_cache *c, uint64_t start, uint64_t last,
+			 unsigned int access, unsigned int slot,
+			 struct mrmgr_region *r, struct mrmgr_region **out);
 	struct mrmgr__mon_cache mon;     /* memory events (monitor.h) */
 	struct mrmgr__inflight inflight; /* ring of registrations under way
 					  * without the lock (miss.c) */
 	pthread_cond_t inflight_done;    /* one of them ended */
 	unsigned int inflight_waiters;   /* threads waiting on it (lock) */
-	struct mrmgr_region *reap;       /* evicted, deregistered once the
-					  * lock is released (release.c) */
-	int reap_on;                     /* evictions go to reap */
+	struct mrmgr_region *reap;       /* eviction's victims, to deregister
+					  * (retire.c; room.c) */
 	struct ibv_mr **deferred;        /* dereg.c: failed deregistrations */
 	size_t ndeferred, deferred_cap;
 };
+
+/* view.c: the view and the features' state, at creation (0 or ENOMEM)
+ * and destruction. */
+int mrmgr__view_init(struct mrmgr_cache *c);
+void mrmgr__view_fini(struct mrmgr_cache *c);
 
 /* ext.c: the features' hooks (ext.h), run in list order. */
 int mrmgr__ext_init(struct mrmgr_cache *c);
@@ -164,6 +174,18 @@ extern int mrmgr__check_puts;
  * check (the caller does the ordinary put). */
 int mrmgr__put_checked(struct mrmgr_region *r);
 
+/*
+ * account.c: registration accounting in one place. A registration's
+ * counters and debug line (ret: the device's answer); a registration of
+ * len bytes of kind (enum mrmgr__region_kind) counted (sign 1) or
+ * uncounted (-1) against the limits. Features use the pair
+ * mrmgr__core_reg_extra() / mrmgr__core_dereg_extra() (core.h).
+ */
+void mrmgr__core_reg_done(struct mrmgr_cache *c, uint64_t start, uint64_t len,
+			  unsigned int access, int ret);
+void mrmgr__core_account_reg(struct mrmgr_cache *c, int kind, uint64_t len,
+			     int sign);
+
 /* Regions callers hold now; O(n), call with the lock held. */
 uint64_t mrmgr__cache_regions_in_use(struct mrmgr_cache *c);
 
@@ -187,6 +209,10 @@ static inline struct mrmgr_region *mrmgr__lru_region(struct mrmgr__lru_link *l)
 struct mrmgr_region *mrmgr__cache_alloc_region(struct mrmgr_cache *c);
 /* Deregister an idle region that is out of the tree, and recycle it. */
 void mrmgr__cache_release_region(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* The same for a victim of eviction, but its MR goes on c->reap for the
+ * caller to deregister (a region whose release needs the lock, or a
+ * view, is released at once). */
+void mrmgr__cache_retire_region(struct mrmgr_cache *c, struct mrmgr_region *r);
 /* Out of the tree and off the LRU (still watched: _take; unwatched:
  * _remove). */
 void mrmgr__cache_tree_take(struct mrmgr_cache *c, struct mrmgr_region *r);
@@ -200,7 +226,12 @@ uint64_t mrmgr__cache_reap_dereg(struct mrmgr_cache *c,
 void mrmgr__cache_reap_recycle(struct mrmgr_cache *c, struct mrmgr_region *list,
 			       uint64_t deregistered);
 void mrmgr__cache_reap_locked(struct mrmgr_cache *c);
-/* room.c: the LRU list; parked (held) regions back on it. */
+/* room.c: evict until n more regions of len more bytes fit (0: they
+ * cannot), or every idle region; the victims are left on c->reap for the
+ * caller (mrmgr__cache_reap_locked(), or the miss's unlocked reap). */
+int mrmgr__cache_make_room(struct mrmgr_cache *c, uint64_t n, uint64_t len);
+void mrmgr__cache_evict_all_idle(struct mrmgr_cache *c);
+/* retire.c: the LRU list; parked (held) regions back on it. */
 void mrmgr__lru_unlink(struct mrmgr_region *r);
 void mrmgr__lru_append(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__lru_unpark_all(struct mrmgr_cache *c);
@@ -211,17 +242,28 @@ void mrmgr__lru_unpark_all(struct mrmgr_cache *c);
 int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 		      uint64_t last, unsigned int access, unsigned int slot,
 		      unsigned int gflags, struct mrmgr_region **out);
+/* inflight.c, lock held: link a reservation, unlink it (waking
+ * waiters), wait for one to end. */
+void mrmgr__inflight_begin(struct mrmgr_cache *c, struct mrmgr__inflight *f,
+			   uint64_t start, uint64_t last);
+void mrmgr__inflight_end(struct mrmgr_cache *c, struct mrmgr__inflight *f);
+void mrmgr__inflight_wait(struct mrmgr_cache *c);
+/* The reservation overlapping [start, last], or NULL (lock held; every
+ * miss asks, and mostly none is under way). */
+static inline struct mrmgr__inflight *
+mrmgr__inflight_find(struct mrmgr_cache *c, uint64_t start, uint64_t last)
+{
+	for (struct mrmgr__inflight *f = c->inflight.next; f != &c->inflight;
+	     f = f->next)
+		if (f->start <= last && start <= f->last)
+			return f;
+	return NULL;
+}
 /* [start, last] is invalidated: registrations under way over it are not
  * cached. */
 void mrmgr__cache_inflight_drop(struct mrmgr_cache *c, uint64_t start,
 				uint64_t last);
 /* invalidate.c: apply the memory events that arrived since last time. */
 void mrmgr__cache_apply_events(struct mrmgr_cache *c);
-/* get.c: EINVAL and a log line, or 0 and the page-aligned range. */
-int mrmgr__cache_check_range(const char *fn, const void *addr, size_t length,
-			     uint64_t page_mask, uint64_t *start,
-			     uint64_t *last);
-/* A fork child: registrations under way belonged to other threads. */
-void mrmgr__cache_fork_child(struct mrmgr_cache *c);
 
 #endif /* MRMGR__CACHE_H */

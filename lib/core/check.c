@@ -152,34 +152,3 @@ void mrmgr__check_init(struct mrmgr_cache *c)
 	}
 }
 
-/* A put with nothing taken, in the checked mode: say so and do nothing. */
-static void refuse(struct mrmgr_cache *c, struct mrmgr_region *r,
-		   const char *why)
-{
-	c->st.double_puts++;
-	mrmgr__err("mrmgr_put: region %p [%#llx, +%llu) of cache %p %s (a "
-		   "double put?): the put is ignored (counted in double_puts)",
-		   (void *)r, (unsigned long long)mrmgr__region_start(r),
-		   (unsigned long long)mrmgr__region_len(r), (void *)c, why);
-}
-
-int mrmgr__put_checked(struct mrmgr_region *r)
-{
-	struct mrmgr_cache *c = r->cache;
-	int state;
-
-	if (!(c->flags & MRMGR_CACHE_CHECK))
-		return 0;
-	pthread_mutex_lock(&c->lock);
-	state = mrmgr__region_state(r);
-	if (state == MRMGR__REGION_FREE)
-		refuse(c, r, "was released already");
-	else if (state != MRMGR__REGION_ABANDONED &&
-		 mrmgr__region_refs(r, c->nstripes) <= 0)
-		refuse(c, r, "is held by nobody");
-	else
-		mrmgr__core_unref_locked(c, r,
-					  mrmgr__thread_slot() & (c->nstripes - 1));
-	pthread_mutex_unlock(&c->lock);
-	return 1;
-}

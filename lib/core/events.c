@@ -29,13 +29,11 @@ void mrmgr__mon_cache_init(struct mrmgr_cache *c)
 {
 	mrmgr__mon_subscribe(&c->mon, &c->mon_seen, c->cfg.monitor,
 			     fork_status_of(c));
-	mrmgr__fork_track(c);
-	mrmgr__mon_start(c->cfg.monitor, !(c->cfg.flags & MRMGR_CACHE_DISABLE));
 }
 
-void mrmgr__mon_cache_fini(struct mrmgr_cache *c)
+void mrmgr__mon_cache_start(struct mrmgr_cache *c)
 {
-	mrmgr__fork_untrack(c);
+	mrmgr__mon_start(c->cfg.monitor, !(c->cfg.flags & MRMGR_CACHE_DISABLE));
 }
 
 int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,

@@ -18,10 +18,10 @@
 struct mrmgr_cache;
 struct mrmgr_region;
 
-/* Subscribe (before the cache is shared), start the sources its mode
- * relies on, and track the cache for fork(); fini undoes the tracking. */
+/* Subscribe (before the cache is shared), then start the sources its
+ * mode relies on (cache.c tracks the cache for fork() in between). */
 void mrmgr__mon_cache_init(struct mrmgr_cache *c);
-void mrmgr__mon_cache_fini(struct mrmgr_cache *c);
+void mrmgr__mon_cache_start(struct mrmgr_cache *c);
 
 /* mrmgr__watch_begin() and the rest (monitor.h) for a region of c. */
 int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
@@ -32,9 +32,7 @@ void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx);
 /* r leaves the tree: its range is no longer watched on its behalf. */
 void mrmgr__mon_unwatch(struct mrmgr_cache *c, struct mrmgr_region *r);
 
-/* Whether growth headroom may register memory nobody asked for in c
- * (no lock needed). */
-int mrmgr__mon_headroom_ok(struct mrmgr_cache *c);
+/* mrmgr__mon_headroom_ok(): core.h (features ask it). */
 
 /* fork() (fork.c). */
 void mrmgr__fork_track(struct mrmgr_cache *c);

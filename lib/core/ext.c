@@ -17,17 +17,33 @@
 					    *e;                            \
 	     e##_at && (e = *e##_at) != NULL; e##_at++)
 
+/* The features whose miss and region hooks run in c. */
+#define EACH_BUSY(c, e) EACH(c, e) if (!((c)->ext_idle & (1u << e->id)))
+
 /* Hooks of the miss path that no feature may have: their runners return
  * at once instead of walking the list (every miss calls them). */
 enum { HAS_ALLOC = 1, HAS_ADDED = 2, HAS_RELEASED = 4 };
 
-int mrmgr__ext_init(struct mrmgr_cache *c)
+/* Which per-region hooks the busy features have. */
+static void note_hooks(struct mrmgr_cache *c)
 {
 	c->ext_hooks = 0;
-	EACH(c, e)
+	EACH_BUSY(c, e)
 		c->ext_hooks |= (e->region_alloc ? HAS_ALLOC : 0) |
 				(e->region_added ? HAS_ADDED : 0) |
 				(e->region_released ? HAS_RELEASED : 0);
+}
+
+void mrmgr__core_init_idle(struct mrmgr_cache *c, const struct mrmgr__ext *ext)
+{
+	c->ext_idle |= 1u << ext->id;
+	note_hooks(c);
+}
+
+int mrmgr__ext_init(struct mrmgr_cache *c)
+{
+	c->ext_idle = 0;
+	note_hooks(c);
 	EACH(c, e) {
 		int ret = e->init ? e->init(c) : 0;
 
@@ -64,7 +80,7 @@ void mrmgr__ext_free(struct mrmgr_cache *c)
 int mrmgr__ext_plan_miss(struct mrmgr_cache *c, struct mrmgr__miss *m,
 			 struct mrmgr_region **out)
 {
-	EACH(c, e) {
+	EACH_BUSY(c, e) {
 		int ret = e->plan_miss ? e->plan_miss(c, m, out)
 				       : MRMGR__PLAN_GO_ON;
 
@@ -78,7 +94,7 @@ int mrmgr__ext_region_alloc(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	if (!(c->ext_hooks & HAS_ALLOC))
 		return 0;
-	EACH(c, e) {
+	EACH_BUSY(c, e) {
 		int ret = e->region_alloc ? e->region_alloc(c, r) : 0;
 
 		if (ret)
@@ -91,7 +107,7 @@ void mrmgr__ext_region_added(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	if (!(c->ext_hooks & HAS_ADDED))
 		return;
-	EACH(c, e)
+	EACH_BUSY(c, e)
 		if (e->region_added)
 			e->region_added(c, r);
 }
@@ -100,7 +116,7 @@ void mrmgr__ext_region_released(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	if (!(c->ext_hooks & HAS_RELEASED))
 		return;
-	EACH(c, e)
+	EACH_BUSY(c, e)
 		if (e->region_released)
 			e->region_released(c, r);
 }
@@ -108,7 +124,7 @@ void mrmgr__ext_region_released(struct mrmgr_cache *c, struct mrmgr_region *r)
 void mrmgr__ext_region_invalidated(struct mrmgr_cache *c,
 				   struct mrmgr_region *r)
 {
-	EACH(c, e)
+	EACH_BUSY(c, e)
 		if (e->region_invalidated)
 			e->region_invalidated(c, r);
 }

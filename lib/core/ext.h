@@ -7,8 +7,12 @@
  * or invalidated, statistics): never on a hit, and a hit never looks at
  * the list. Every hook may be NULL; they run in list order.
  *
- * A feature keeps its per-cache state in the cache fields named for it
- * (cache.h), which the core never reads.
+ * A feature keeps its per-cache state in priv_size bytes the core
+ * allocates for it (mrmgr__core_priv()) and its per-region state in
+ * region_size bytes beside each region (mrmgr__core_region_priv()), as
+ * UCX's region_struct_size and libfabric's entry_data_size. A feature
+ * includes core.h and ext.h of the core, nothing else of it
+ * (tests/arch/check-layers.sh).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -57,8 +61,21 @@ struct mrmgr__miss {
 	struct ibv_mr *view_mr;
 };
 
+/* Features a cache may have at most; their ids are below it. */
+#define MRMGR__EXT_MAX 8
+/* The core's own hook table (stale.c, MRMGR_CHECK=stale) takes the last
+ * number, so lib/ext's numbers (lib/ext/ids.h) stay the features'. */
+#define MRMGR__EXT_ID_STALE (MRMGR__EXT_MAX - 1)
+
 struct mrmgr__ext {
 	const char *name;
+	/* The feature's number, below MRMGR__EXT_MAX and its own among the
+	 * library's features (lib/ext/ids.h): where the core keeps its
+	 * state, so that finding it costs a load, not a search. */
+	unsigned int id;
+	/* Bytes of private state per cache and per region (core.h). */
+	size_t priv_size;
+	size_t region_size;
 	/* Creation, cache not shared yet: 0 or a positive errno (the hooks
 	 * that ran are undone by fini and free). */
 	int (*init)(struct mrmgr_cache *c);
@@ -115,5 +132,31 @@ struct mrmgr__ext {
 int mrmgr__cache_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 			const struct mrmgr__ext *const *exts,
 			struct mrmgr_cache **cache);
+
+/* Decisions a feature takes before the cache is built (create_ex()). */
+enum mrmgr__create_flags {
+	/*
+	 * Every registration pins (no ODP): an ODP mode asked for (attr or
+	 * environment) is turned off, with an info line saying why; asked
+	 * with MRMGR_ODP_STRICT for a mode other than auto, creation fails
+	 * with EOPNOTSUPP and an error line.
+	 */
+	MRMGR__CREATE_PINNED = 1u << 0,
+};
+
+/* The same with cflags (enum mrmgr__create_flags); why: the reason, for
+ * the log lines. */
+int mrmgr__cache_create_ex(struct ibv_pd *pd,
+			   const struct mrmgr_cache_attr *attr,
+			   const struct mrmgr__ext *const *exts,
+			   unsigned int cflags, const char *why,
+			   struct mrmgr_cache **cache);
+
+/* The core's own stale check (stale.c, MRMGR_CHECK=stale): in a cache's
+ * list only when asked for (ext/features.c), so a cache without it pays
+ * nothing anywhere; mrmgr__stale_wanted() says whether a cache made with
+ * these attribute flags asks (the flag or MRMGR_CHECK). */
+extern const struct mrmgr__ext mrmgr__ext_stale;
+int mrmgr__stale_wanted(uint64_t attr_flags);
 
 #endif /* MRMGR__EXT_H */

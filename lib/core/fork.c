@@ -81,6 +81,17 @@ static void parent(void)
 	pthread_mutex_unlock(&list_lock);
 }
 
+/* A fork child: registrations under way belonged to other threads. */
+static void cache_fork_child(struct mrmgr_cache *c)
+{
+	/* Their threads do not exist here; nobody waits for them either. */
+	c->inflight.prev = c->inflight.next = &c->inflight;
+	c->reap = NULL;
+	c->age_hand = NULL;
+	c->inflight_waiters = 0;
+	pthread_cond_init(&c->inflight_done, NULL);
+}
+
 /* Forget every region of c. Only this thread exists; no allocation. */
 static void forget_all(struct mrmgr_cache *c)
 {
@@ -112,7 +123,7 @@ static void forget_all(struct mrmgr_cache *c)
 	c->lru.prev = c->lru.next = &c->lru;
 	c->held.prev = c->held.next = &c->held;
 	c->nregions = c->ncached = c->pinned_bytes = 0;
-	mrmgr__cache_fork_child(c);
+	cache_fork_child(c);
 	mrmgr__mon_queue_attach(&c->mon, &c->mon_seen);
 	c->mon.fork_purges++;
 }

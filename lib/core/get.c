@@ -20,15 +20,10 @@
 #include "ext.h"
 #include "hit.h"
 #include "log.h"
-#include "stale.h"
+#include "request.h"
 
 #define HIT_ATTEMPTS 4
 #define HIT_MAX_STEPS 256
-
-#define KNOWN_ACCESS                                                        \
-	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |                  \
-	 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |                 \
-	 IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING)
 
 static int region_has_access(const struct mrmgr__itree_node *n, const void *arg)
 {
@@ -148,7 +143,9 @@ struct mrmgr_region *mrmgr__core_try_hit(struct mrmgr_cache *c, uint64_t start,
 {
 	uint64_t miss_seq = 1;
 
-	return try_hit(c, start, last, access, slot, &miss_seq);
+	if (!(c->flags & MRMGR_CACHE_DISABLE) && mrmgr__mon_quiet(&c->mon_seen))
+		return try_hit(c, start, last, access, slot, &miss_seq);
+	return NULL;
 }
 
 static int get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
@@ -156,80 +153,14 @@ static int get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
 			 unsigned int slot, unsigned int gflags,
 			 uint64_t miss_seq, struct mrmgr_region **out);
 
-/*
- * The rules for a request, each written once: the checkers below log
- * which one failed, and get() tests them inline (every miss passes there,
- * and two calls cost it more than the tests).
- */
-static inline int range_wraps(uintptr_t a, size_t length, uint64_t page_mask)
-{
-	uintptr_t end = a + (length - 1);
-
-	return end < a || (end | page_mask) < a;
-}
-
-static inline unsigned int unknown_access(unsigned int access)
-{
-	return access & ~(unsigned int)KNOWN_ACCESS;
-}
-
-static inline int remote_write_without_local(unsigned int access)
-{
-	return (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-	       !(access & IBV_ACCESS_LOCAL_WRITE);
-}
-
-int mrmgr__cache_check_range(const char *fn, const void *addr, size_t length,
-			     uint64_t page_mask, uint64_t *start, uint64_t *last)
-{
-	uintptr_t a = (uintptr_t)addr;
-
-	if (!addr || !length) {
-		mrmgr__err("%s: %s", fn, !addr ? "NULL address" : "zero length");
-		return EINVAL;
-	}
-	if (range_wraps(a, length, page_mask)) {
-		mrmgr__err("%s: range %p + %zu overflows", fn, addr, length);
-		return EINVAL;
-	}
-	*start = a & ~page_mask;
-	*last = (a + (length - 1)) | page_mask;
-	return 0;
-}
-
-int mrmgr__core_check_access(const char *fn, unsigned int access)
-{
-	if (unknown_access(access)) {
-		mrmgr__err("%s: unsupported access bits %#x", fn,
-			   unknown_access(access));
-		return EINVAL;
-	}
-	if (remote_write_without_local(access)) {
-		mrmgr__err("%s: REMOTE_WRITE and REMOTE_ATOMIC need "
-			   "LOCAL_WRITE (access %#x)", fn, access);
-		return EINVAL;
-	}
-	return 0;
-}
-
-int mrmgr__core_check_request(const char *fn, const struct mrmgr_cache *c,
-			      const void *addr, size_t length,
-			      unsigned int access, uint64_t *start,
-			      uint64_t *last)
-{
-	int ret = mrmgr__cache_check_range(fn, addr, length,
-			      ((uint64_t)1 << c->page_shift) - 1, start, last);
-
-	return ret ? ret : mrmgr__core_check_access(fn, access);
-}
-
 /* What the two checkers accept; 0 sends the caller to them for the error
  * and its log line. */
 static inline int args_ok(uintptr_t a, size_t length, unsigned int access,
 			  uint64_t page_mask)
 {
-	return a && length && !range_wraps(a, length, page_mask) &&
-	       !unknown_access(access) && !remote_write_without_local(access);
+	return a && length && !mrmgr__range_wraps(a, length, page_mask) &&
+	       !mrmgr__unknown_access(access) &&
+	       !mrmgr__remote_write_without_local(access);
 }
 
 /* The body of mrmgr_get() and mrmgr_get_ex(); pd: the PD asked for (NULL:
@@ -287,7 +218,7 @@ static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
 got:
 	/* MRMGR_CHECK=stale (stale.c; it keeps gets off fast_hit()). */
 	if (mrmgr__unlikely(c->flags & MRMGR_CACHE_CHECK_STALE))
-		return mrmgr__stale_get(c, start, last, access, slot, r, region);
+		return c->check_get(c, start, last, access, slot, r, region);
 	*region = r;
 	return 0;
 }
@@ -391,7 +322,7 @@ fast_hit(struct mrmgr_cache *c, uintptr_t a, size_t length,
 			       MRMGR__CACHE_EXT_GET == UINT64_C(1) << 62,
 		       "the top two bits of flags");
 	if (mrmgr__unlikely(end < a) ||
-	    mrmgr__unlikely(unknown_access(access)) ||
+	    mrmgr__unlikely(mrmgr__unknown_access(access)) ||
 	    mrmgr__unlikely((0x55445544u >> (access & 31)) & 1) ||
 	    mrmgr__unlikely(!t) || mrmgr__unlikely(seq & 1) ||
 	    mrmgr__unlikely(c->flags >> 62) ||

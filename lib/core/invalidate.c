@@ -19,6 +19,7 @@
 #include "ext.h"
 #include "hit.h"
 #include "log.h"
+#include "request.h"
 
 uint64_t mrmgr__core_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
 				       uint64_t last)

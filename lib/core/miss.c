@@ -122,6 +122,38 @@ static int do_reg(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 	return ret;
 }
 
+int mrmgr__core_reg_extra(struct mrmgr_cache *c, struct ibv_pd *pd,
+			  uint64_t start, uint64_t len, unsigned int access,
+			  struct ibv_mr **mr)
+{
+	int ret;
+
+	/* Room for one more MR; when everything is in use the MR is made
+	 * anyway (the region is held: there is nothing to hand out
+	 * uncached instead) and the device has the last word. */
+	(void)mrmgr__core_make_room(c, 1, len);
+	ret = do_reg(c, pd, start, len, access, mr);
+	if (ret == ENOMEM || ret == EAGAIN) {
+		c->st.evict_retries++;
+		mrmgr__core_evict_all_idle(c);
+		ret = do_reg(c, pd, start, len, access, mr);
+	}
+	if (ret) {
+		c->st.reg_failures++;
+		return ret;
+	}
+	mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len, 1);
+	return 0;
+}
+
+void mrmgr__core_dereg_extra(struct mrmgr_cache *c, struct ibv_mr *mr,
+			     uint64_t len, const char *what)
+{
+	if (!mrmgr__core_dereg(c, mr, what))
+		c->st.deregistrations++;
+	mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len, -1);
+}
+
 /*
  * A registration costs microseconds to milliseconds (the device pins and
  * translates every page); under the lock, every other miss and every put
@@ -141,57 +173,6 @@ static int do_reg(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
  * limits count a reservation's region and bytes from the start, so
  * concurrent misses never overshoot them together.
  */
-
-static struct mrmgr__inflight *inflight_find(struct mrmgr_cache *c,
-					     uint64_t start, uint64_t last)
-{
-	for (struct mrmgr__inflight *f = c->inflight.next; f != &c->inflight;
-	     f = f->next)
-		if (f->start <= last && start <= f->last)
-			return f;
-	return NULL;
-}
-
-static void inflight_begin(struct mrmgr_cache *c, struct mrmgr__inflight *f,
-			   uint64_t start, uint64_t last)
-{
-	f->start = start;
-	f->last = last;
-	f->dropped = 0;
-	f->prev = c->inflight.prev;
-	f->next = &c->inflight;
-	c->inflight.prev->next = f;
-	c->inflight.prev = f;
-}
-
-static void inflight_end(struct mrmgr_cache *c, struct mrmgr__inflight *f)
-{
-	f->prev->next = f->next;
-	f->next->prev = f->prev;
-	/* Waiters count themselves under the lock we hold: with none,
-	 * no broadcast (most misses end with nobody waiting). */
-	if (c->inflight_waiters)
-		pthread_cond_broadcast(&c->inflight_done);
-}
-
-/* Lock held; returns with it held, after some registration ended. */
-static void inflight_wait(struct mrmgr_cache *c)
-{
-	c->inflight_waiters++;
-	pthread_cond_wait(&c->inflight_done, &c->lock);
-	c->inflight_waiters--;
-}
-
-/* [start, last] is invalidated: registrations under way over it are not
- * cached. */
-void mrmgr__cache_inflight_drop(struct mrmgr_cache *c, uint64_t start,
-				uint64_t last)
-{
-	for (struct mrmgr__inflight *f = c->inflight.next; f != &c->inflight;
-	     f = f->next)
-		if (f->start <= last && start <= f->last)
-			f->dropped = 1;
-}
 
 /*
  * Register [start, +len) with the lock released; deregister the regions
@@ -235,185 +216,229 @@ static int watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
 }
 
 /*
- * Register [start, last] for a get that missed; called with the lock
- * (which it may drop and take again: MRMGR__GET_MAY_UNLOCK). gflags: enum
- * mrmgr__get_flags. MRMGR__MISS_AGAIN: it waited for another registration; the
- * caller looks again.
+ * One miss, as the pipeline below carries it from stage to stage: what
+ * the features see and shape (m: request, span, kind), and the core's
+ * own (where it registers, whether the result is cached, the watch and
+ * the reservation it holds, the MR once registered).
  */
-int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
-		      uint64_t last, unsigned int access, unsigned int slot,
-		      unsigned int gflags, struct mrmgr_region **out)
-{
-	uint64_t rs = start, rl = last, as = start, al = last;
-	unsigned int racc = access;
-	int cacheable = !(c->cfg.flags & MRMGR_CACHE_DISABLE);
-	int unlock = (gflags & MRMGR__GET_MAY_UNLOCK) &&
-		     !(c->flags & MRMGR__CACHE_EXT_GET);
-	int merged = 0, reserved = 0;
-	int kind = MRMGR__REGION_PINNED;
-	struct ibv_mr *mr = NULL;
-	struct mrmgr_region *r;
-	struct mrmgr__watch_tx watch;
-	struct mrmgr__inflight fl;
+struct miss_run {
 	struct mrmgr__miss m;
+	struct ibv_pd *pd;      /* NULL: the cache's PD, read when registering */
+	int cacheable;          /* else handed out uncached (DETACHED) */
+	int unlock;             /* registers with the lock released */
+	int reserved;           /* fl is linked (inflight.c) */
+	struct ibv_mr *mr;
+	struct mrmgr__watch_tx watch; /* begun when cacheable after reserve */
+	struct mrmgr__inflight fl;
+};
+
+/* miss_plan(): it waited for another registration; look again. */
+#define PLAN_WAITED (-2)
+
+static uint64_t span_len(const struct miss_run *x)
+{
+	return x->m.rl - x->m.rs + 1;
+}
+
+/* The span falls back to the request alone (nothing merged). */
+static void span_is_request(struct miss_run *x)
+{
+	x->m.as = x->m.rs = x->m.start;
+	x->m.al = x->m.rl = x->m.last;
+	x->m.racc = x->m.access;
+	x->m.merged = 0;
+}
+
+/* With the lock released, another miss registering over [s, l] is
+ * waited for (the caller then looks again): 1 when it waited. */
+static int wait_for_overlap(struct mrmgr_cache *c, const struct miss_run *x,
+			    uint64_t s, uint64_t l)
+{
+	if (!x->unlock || !mrmgr__inflight_find(c, s, l))
+		return 0;
+	mrmgr__inflight_wait(c);
+	return 1;
+}
+
+/*
+ * Plan: the span (merge over the regions the request overlaps or
+ * touches), then the features' say (ext.h: growth in place or headroom,
+ * the kind of region ODP makes). MRMGR__PLAN_GO_ON, PLAN_WAITED, or what
+ * a feature answered (0 with *out, or an errno).
+ */
+static int miss_plan(struct mrmgr_cache *c, struct miss_run *x,
+		     struct mrmgr_region **out)
+{
+	struct mrmgr__miss *m = &x->m;
 	int ret;
 
-	/* Another miss registers this already: wait for it, look again. */
-	if (unlock && inflight_find(c, start, last)) {
-		inflight_wait(c);
-		return MRMGR__MISS_AGAIN;
-	}
-	if (cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE) &&
-	    !(gflags & MRMGR__GET_NO_MERGE)) {
+	if (wait_for_overlap(c, x, m->start, m->last))
+		return PLAN_WAITED;
+	if (x->cacheable && !(c->cfg.flags & MRMGR_CACHE_NO_MERGE) &&
+	    !(m->gflags & MRMGR__GET_NO_MERGE)) {
 		/* Regions that pin nothing: max_bytes does not bound them. */
 		uint64_t limit = c->unpinned ? UINT64_MAX : c->cfg.max_bytes;
 
 		if (c->caps.max_mr_size && c->caps.max_mr_size < limit)
 			limit = c->caps.max_mr_size;
 		/* Also true for a region inside the request: it is absorbed. */
-		merged = merge_span(c, &rs, &rl, &racc, limit, &as, &al);
+		m->merged = merge_span(c, &m->rs, &m->rl, &m->racc, limit,
+				       &m->as, &m->al);
 	}
-	if (unlock && merged && inflight_find(c, rs, rl)) {
-		inflight_wait(c);
-		return MRMGR__MISS_AGAIN;
-	}
-	/* The features' say (ext.h): growth in place or headroom, the kind
-	 * of region ODP makes. */
-	m = (struct mrmgr__miss){ .start = start, .last = last,
-				  .access = access, .slot = slot,
-				  .gflags = gflags, .rs = rs, .rl = rl,
-				  .racc = racc, .as = as, .al = al,
-				  .merged = merged, .kind = kind };
-	ret = mrmgr__ext_plan_miss(c, &m, out);
+	if (m->merged && wait_for_overlap(c, x, m->rs, m->rl))
+		return PLAN_WAITED;
+	ret = mrmgr__ext_plan_miss(c, m, out);
 	if (ret != MRMGR__PLAN_GO_ON)
 		return ret;
-	rs = m.rs;
-	rl = m.rl;
-	racc = m.racc;
-	as = m.as;
-	al = m.al;
-	merged = m.merged;
-	kind = m.kind;
 	/* Headroom may have widened the span over a reservation. */
-	if (unlock && cacheable && inflight_find(c, rs, rl)) {
-		inflight_wait(c);
-		return MRMGR__MISS_AGAIN;
-	}
-	/* Watched before it is pinned: a change from now on is reported.
-	 * What nothing watches is registered uncached. Evictions are
-	 * deregistered with the lock released, with the registration. */
-	if (cacheable) {
+	if (x->cacheable && wait_for_overlap(c, x, m->rs, m->rl))
+		return PLAN_WAITED;
+	return MRMGR__PLAN_GO_ON;
+}
+/*
+ * Reserve: room within the limits and a watch on the span before it is
+ * pinned (a change from now on is reported); what cannot be watched or
+ * fit is registered as the request alone, uncached. Then the
+ * span counts against the limits, and with the lock to be released the
+ * reservation other misses wait on is linked.
+ */
+static void miss_reserve(struct mrmgr_cache *c, struct miss_run *x)
+{
+	struct mrmgr__miss *m = &x->m;
+
+	if (x->cacheable) {
 		int room;
 
-		c->reap_on = unlock;
-		room = mrmgr__core_make_room(
-			c, 1, kind == MRMGR__REGION_PINNED ? rl - rs + 1 : 0);
-		c->reap_on = 0;
-		if (!room || mrmgr__mon_watch_begin(c, rs, rl, &watch)) {
-			cacheable = 0;
-			as = rs = start;
-			al = rl = last;
-			racc = access;
-			merged = 0;
+		room = mrmgr__cache_make_room(
+			c, 1, m->kind == MRMGR__REGION_PINNED ? span_len(x) : 0);
+		/* The victims: deregistered with the lock released, with the
+		 * registration, or now when it keeps the lock. */
+		if (!x->unlock)
+			mrmgr__cache_reap_locked(c);
+		if (!room || mrmgr__mon_watch_begin(c, m->rs, m->rl, &x->watch)) {
+			x->cacheable = 0;
+			span_is_request(x);
 		}
 	}
-
-	if (kind == MRMGR__REGION_VIEW) {
+	if (m->kind == MRMGR__REGION_VIEW) {
 		/* The implicit MR already covers it: no registration at all
 		 * (and what the room took is deregistered now). */
 		mrmgr__cache_reap_locked(c);
-		mr = m.view_mr;
-		mrmgr__core_account_reg(c, kind, 0, 1);
-		goto have_mr;
+		mrmgr__core_account_reg(c, m->kind, 0, 1);
+		return;
 	}
 	/* Counted from now: concurrent misses see the room taken. */
-	mrmgr__core_account_reg(c, kind, rl - rs + 1, 1);
-	if (unlock) {
-		if (cacheable) {
-			inflight_begin(c, &fl, rs, rl);
-			reserved = 1;
-		}
-		ret = reg_unlocked(c, pd, rs, rl - rs + 1, racc, &mr);
-	} else {
-		ret = do_reg(c, pd, rs, rl - rs + 1, racc, &mr);
+	mrmgr__core_account_reg(c, m->kind, span_len(x), 1);
+	if (x->unlock && x->cacheable) {
+		mrmgr__inflight_begin(c, &x->fl, m->rs, m->rl);
+		x->reserved = 1;
 	}
+}
+
+/* The reservation ends (lock held again): events that came while the
+ * lock was free, or a PD move, may have dropped it. */
+static void miss_unreserve(struct mrmgr_cache *c, struct miss_run *x, int ret)
+{
+	if (!x->reserved)
+		return;
+	if (!mrmgr__mon_quiet(&c->mon_seen))
+		mrmgr__cache_apply_events(c);
+	mrmgr__inflight_end(c, &x->fl);
+	/* mrmgr_cache_move_pd() meanwhile: registered in the old PD. */
+	if (!ret && !x->pd && x->mr->pd != c->pd)
+		x->fl.dropped = 1;
+	if (x->fl.dropped && x->cacheable) {
+		mrmgr__mon_watch_abort(c, &x->watch);
+		x->cacheable = 0;
+		x->m.merged = 0;
+	}
+}
+
+/*
+ * Register the span, retries and accounting inside: once more after
+ * evicting every idle region when the device is out of memory, and the
+ * request alone when a merged span fails (EFAULT: it reaches memory that
+ * is no longer what the cached neighbours registered; ENOMEM/EAGAIN: it
+ * does not fit even with every idle region evicted, yet the request alone
+ * may). On failure the reservation is undone and the error said.
+ */
+static int miss_register(struct mrmgr_cache *c, struct miss_run *x)
+{
+	struct mrmgr__miss *m = &x->m;
+	int ret;
+
+	if (m->kind == MRMGR__REGION_VIEW) {
+		x->mr = m->view_mr;
+		return 0;
+	}
+	if (x->unlock)
+		ret = reg_unlocked(c, x->pd, m->rs, span_len(x), m->racc, &x->mr);
+	else
+		ret = do_reg(c, x->pd, m->rs, span_len(x), m->racc, &x->mr);
 	if (ret == ENOMEM || ret == EAGAIN) {
 		c->st.evict_retries++;
 		mrmgr__core_evict_all_idle(c);
-		ret = do_reg(c, pd, rs, rl - rs + 1, racc, &mr);
+		ret = do_reg(c, x->pd, m->rs, span_len(x), m->racc, &x->mr);
 	}
-	if (merged && (ret == EFAULT || ret == ENOMEM || ret == EAGAIN)) {
-		/* EFAULT: the merged span reaches memory that is no longer
-		 * what the cached neighbours registered. ENOMEM/EAGAIN: the
-		 * span does not fit even with every idle region evicted, yet
-		 * the request alone may. Register just the request. */
-		mrmgr__core_account_reg(c, kind, rl - rs + 1, -1);
-		as = rs = start;
-		al = rl = last;
-		racc = access;
-		merged = 0;
-		mrmgr__core_account_reg(c, kind, rl - rs + 1, 1);
-		ret = do_reg(c, pd, rs, rl - rs + 1, racc, &mr);
+	if (m->merged && (ret == EFAULT || ret == ENOMEM || ret == EAGAIN)) {
+		mrmgr__core_account_reg(c, m->kind, span_len(x), -1);
+		span_is_request(x);
+		mrmgr__core_account_reg(c, m->kind, span_len(x), 1);
+		ret = do_reg(c, x->pd, m->rs, span_len(x), m->racc, &x->mr);
 	}
-	if (reserved) {
-		/* Events that came while the lock was free may drop it. */
-		if (!mrmgr__mon_quiet(&c->mon_seen))
-			mrmgr__cache_apply_events(c);
-		inflight_end(c, &fl);
-		/* mrmgr_cache_move_pd() meanwhile: registered in the old PD. */
-		if (!ret && !pd && mr->pd != c->pd)
-			fl.dropped = 1;
-		if (fl.dropped && cacheable) {
-			mrmgr__mon_watch_abort(c, &watch);
-			cacheable = 0;
-			merged = 0;
-		}
-	}
-	if (ret) {
-		mrmgr__core_account_reg(c, kind, rl - rs + 1, -1);
-		if (cacheable)
-			mrmgr__mon_watch_abort(c, &watch);
-		c->st.reg_failures++;
-		mrmgr__log(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
-							   : MRMGR_LOG_WARN,
-			   "registering [%#llx, +%llu) access %#x on %s: %s",
-			   (unsigned long long)rs,
-			   (unsigned long long)(rl - rs + 1), racc, c->caps.name,
-			   strerror(ret));
-		return ret;
-	}
+	miss_unreserve(c, x, ret);
+	if (!ret)
+		return 0;
+	mrmgr__core_account_reg(c, m->kind, span_len(x), -1);
+	if (x->cacheable)
+		mrmgr__mon_watch_abort(c, &x->watch);
+	c->st.reg_failures++;
+	mrmgr__log(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
+						   : MRMGR_LOG_WARN,
+		   "registering [%#llx, +%llu) access %#x on %s: %s",
+		   (unsigned long long)m->rs, (unsigned long long)span_len(x),
+		   m->racc, c->caps.name, strerror(ret));
+	return ret;
+}
 
-have_mr:
-	r = mrmgr__cache_alloc_region(c);
+/*
+ * Adopt: a region for the MR, referenced on the caller's slot and marked
+ * new; NULL (out of memory) after undoing the registration.
+ */
+static struct mrmgr_region *miss_adopt(struct mrmgr_cache *c,
+				       struct miss_run *x)
+{
+	const struct mrmgr__miss *m = &x->m;
+	struct mrmgr_region *r = mrmgr__cache_alloc_region(c);
+
 	if (!r) {
-		mrmgr__core_account_reg(c, kind,
-			       kind == MRMGR__REGION_VIEW ? 0 : rl - rs + 1, -1);
-		if (cacheable)
-			mrmgr__mon_watch_abort(c, &watch);
-		if (kind != MRMGR__REGION_VIEW &&
-		    !mrmgr__core_dereg(c, mr, "a new MR"))
+		mrmgr__core_account_reg(c, m->kind,
+			m->kind == MRMGR__REGION_VIEW ? 0 : span_len(x), -1);
+		if (x->cacheable)
+			mrmgr__mon_watch_abort(c, &x->watch);
+		if (m->kind != MRMGR__REGION_VIEW &&
+		    !mrmgr__core_dereg(c, x->mr, "a new MR"))
 			c->st.deregistrations++;
 		mrmgr__err("out of memory for a region");
-		return ENOMEM;
+		return NULL;
 	}
-	r->mr = mr;
-	r->kind = kind;
+	r->mr = x->mr;
+	r->kind = m->kind;
 	r->flags = 0;
 	r->gen = ++c->next_gen;
 	/* A stale reader may still look at a recycled region. */
-	MRMGR__WRITE_ONCE(r->node.start, rs);
-	MRMGR__WRITE_ONCE(r->node.last, rl);
-	MRMGR__WRITE_ONCE(r->access, racc);
-	r->asked_start = as < start ? as : start;
-	r->asked_last = al > last ? al : last;
+	MRMGR__WRITE_ONCE(r->node.start, m->rs);
+	MRMGR__WRITE_ONCE(r->node.last, m->rl);
+	MRMGR__WRITE_ONCE(r->access, m->racc);
+	r->asked_start = m->as < m->start ? m->as : m->start;
+	r->asked_last = m->al > m->last ? m->al : m->last;
 	/* New: spared by the hand like a hit region, but after a lap it goes
-	 * before regions hit since (evict.c). */
+	 * before regions hit since (evict.c). The reference and the mark in
+	 * one locked add: only the lock's holder sets or clears NEW, so the
+	 * load tells whether adding it sets the bit (no carry); stale
+	 * readers of a recycled region change only the count. */
 	{
-		/* The reference and the mark in one locked add: only the
-		 * lock's holder sets or clears NEW, so the load tells whether
-		 * adding it sets the bit (no carry); stale readers of a
-		 * recycled region change only the count. */
-		uint64_t *w = mrmgr__ref_word(r, slot);
+		uint64_t *w = mrmgr__ref_word(r, m->slot);
 		uint64_t add = MRMGR__REF_ONE;
 
 		if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & MRMGR__REF_NEW))
@@ -421,35 +446,87 @@ have_mr:
 		__atomic_fetch_add(w, add, __ATOMIC_SEQ_CST);
 	}
 	mrmgr__ext_region_added(c, r);
+	return r;
+}
 
-	if (cacheable && watch_commit(c, &watch, r)) {
+/*
+ * Install: the watch's last step, then either hand the region out
+ * uncached, or detach everything it covers (its users keep their MRs,
+ * make-before-break, and deregister them at their last put) and publish
+ * it.
+ */
+static void miss_install(struct mrmgr_cache *c, struct miss_run *x,
+			 struct mrmgr_region *r)
+{
+	const struct mrmgr__miss *m = &x->m;
+
+	if (x->cacheable && watch_commit(c, &x->watch, r)) {
 		mrmgr__mon_unwatch(c, r);
-		cacheable = 0;
+		x->cacheable = 0;
 	}
-	if (!cacheable) {
+	if (!x->cacheable) {
 		mrmgr__region_set_keys(r);
 		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
 		c->st.uncached++;
-		*out = r;
-		return 0;
+		return;
 	}
-	/* Everything the new region covers goes; its users keep their MRs
-	 * (make-before-break) and deregister them at their last put. */
 	for (struct mrmgr__itree_node *n =
-		     merged ? mrmgr__itree_first_overlap(&c->tree, rs, rl) : NULL;
+		     m->merged ? mrmgr__itree_first_overlap(&c->tree, m->rs, m->rl)
+			       : NULL;
 	     n;) {
-		if (!mrmgr__core_joins(mrmgr__node_region(n), as, al, rs, rl)) {
+		if (!mrmgr__core_joins(mrmgr__node_region(n), m->as, m->al,
+				       m->rs, m->rl)) {
 			/* Overlapped only in its headroom: stays. */
-			n = mrmgr__itree_next_overlap(n, rs, rl);
+			n = mrmgr__itree_next_overlap(n, m->rs, m->rl);
 			continue;
 		}
 		if (!mrmgr__core_detach(c, mrmgr__node_region(n)))
 			c->st.make_before_break++;
 		c->st.merges++;
-		n = mrmgr__itree_first_overlap(&c->tree, rs, rl);
+		n = mrmgr__itree_first_overlap(&c->tree, m->rs, m->rl);
 	}
 	mrmgr__evict_age(c);
 	mrmgr__cache_publish_region(c, r);
+}
+
+/*
+ * Register [start, last] for a get that missed; called with the lock
+ * (which it may drop and take again: MRMGR__GET_MAY_UNLOCK). gflags: enum
+ * mrmgr__get_flags. MRMGR__MISS_AGAIN: it waited for another
+ * registration; the caller looks again. A pipeline over one record:
+ * plan, reserve, register, adopt, install.
+ */
+int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
+		      uint64_t last, unsigned int access, unsigned int slot,
+		      unsigned int gflags, struct mrmgr_region **out)
+{
+	struct miss_run x; /* the watch and the reservation: set when used */
+	struct mrmgr_region *r;
+	int ret;
+
+	x.m = (struct mrmgr__miss){ .start = start, .last = last,
+				    .access = access, .slot = slot,
+				    .gflags = gflags, .rs = start, .rl = last,
+				    .racc = access, .as = start, .al = last,
+				    .kind = MRMGR__REGION_PINNED };
+	x.pd = pd;
+	x.cacheable = !(c->cfg.flags & MRMGR_CACHE_DISABLE);
+	x.unlock = (gflags & MRMGR__GET_MAY_UNLOCK) &&
+		   !(c->flags & MRMGR__CACHE_EXT_GET);
+	x.reserved = 0;
+	x.mr = NULL;
+
+	ret = miss_plan(c, &x, out);
+	if (ret != MRMGR__PLAN_GO_ON)
+		return ret == PLAN_WAITED ? MRMGR__MISS_AGAIN : ret;
+	miss_reserve(c, &x);
+	ret = miss_register(c, &x);
+	if (ret)
+		return ret;
+	r = miss_adopt(c, &x);
+	if (!r)
+		return ENOMEM;
+	miss_install(c, &x, r);
 	*out = r;
 	return 0;
 }

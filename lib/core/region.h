@@ -34,44 +34,15 @@
 #include <infiniband/verbs.h>
 
 #include "compiler.h"
+#include "core.h"
 #include "itree.h"
 #include "monitor.h"
 
 struct mrmgr_cache;
-struct mrmgr__share;
 
-enum mrmgr__region_state {
-	/* In the tree and on the LRU: hits may take it. */
-	MRMGR__REGION_LIVE = 0,
-	/* Being checked for eviction under the cache lock. */
-	MRMGR__REGION_EVICTING,
-	/* Out of the tree; deregistered when its references reach zero. */
-	MRMGR__REGION_DETACHED,
-	/* On the free list. */
-	MRMGR__REGION_FREE,
-	/* A fork child's copy of a region its parent held: never released. */
-	MRMGR__REGION_ABANDONED,
-};
+/* States of a region: core.h. */
 
-/* What backs a region; set once when it is made. */
-enum mrmgr__region_kind {
-	MRMGR__REGION_PINNED = 0, /* its own pinned MR */
-	MRMGR__REGION_ODP,        /* its own explicit ODP MR: nothing pinned */
-	MRMGR__REGION_VIEW,       /* a range of the cache's implicit ODP MR:
-				   * no MR of its own, never deregistered */
-};
-
-/*
- * Bits of mrmgr_region::flags: what backs the MR beyond plain pinned
- * memory. grow.c never re-registers such a region in place (a translation
- * rereg makes a shared MR private; peer memory and dma-buf MRs have no
- * user translation to change): they grow by make-before-break.
- */
-enum mrmgr__region_flags {
-	MRMGR__REGION_SHARED = 1u << 0, /* shared with other PDs or processes */
-	MRMGR__REGION_PEER = 1u << 1,   /* peer memory or dma-buf */
-	MRMGR__REGION_BUFFER = 1u << 2, /* a growable buffer's (buf.c) */
-};
+/* Kinds and flags of a region: core.h (features read them). */
 
 /*
  * A reference word: bit 0 "not live" (the region's state is not
@@ -145,8 +116,8 @@ struct mrmgr_region {
 	struct mrmgr_region *free_next;
 	uint32_t spared;               /* evict.c: round of its last second
 					* chance */
-	struct mrmgr__share *share;    /* share.c: its share set; NULL until
-					* needed, kept while the cache lives */
+	int release_locked;            /* a feature's state needs the lock
+					* at release (core.h), for good */
 	uint64_t asked_start, asked_last; /* what gets asked of it: its
 					   * range less headroom (miss.c,
 					   * merge) */

@@ -1,7 +1,7 @@
 /*
- * A region's way out: put, detach, release (deregister and recycle),
- * and retire (evicted during a miss, deregistered once the lock is
- * free); and its way back in: publish.
+ * A region's way out as its users and features ask for it: put (and the
+ * checked mode's put), detach, quiesce, publish again, release; the
+ * steps themselves (release, retire, publish) are retire.c's.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -20,60 +20,6 @@
 #include "ext.h"
 #include "hit.h"
 #include "log.h"
-
-struct mrmgr_region *mrmgr__cache_alloc_region(struct mrmgr_cache *c)
-{
-	struct mrmgr_region *r = c->free_list;
-
-	if (r) {
-		/* Stripes are left as they are: a stale reader may still
-		 * hold a transient reference it is about to drop. */
-		c->free_list = r->free_next;
-		goto got;
-	}
-	if (c->nall == c->all_cap) {
-		size_t cap = c->all_cap ? c->all_cap * 2 : 64;
-		struct mrmgr_region **all = realloc(c->all, cap * sizeof(*all));
-
-		if (!all)
-			return NULL;
-		c->all = all;
-		c->all_cap = cap;
-	}
-	r = mrmgr__region_carve(&c->rslabs); /* zeroed */
-	if (!r)
-		return NULL;
-	r->cache = c;
-	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
-	c->all[c->nall++] = r;
-got:
-	/* A feature may need state of its own before the region is used. */
-	if (mrmgr__ext_region_alloc(c, r)) {
-		r->free_next = c->free_list;
-		c->free_list = r;
-		return NULL;
-	}
-	return r;
-}
-
-static void region_retire(struct mrmgr_cache *c, struct mrmgr_region *r);
-
-/* Out of the tree, still watched: grow.c works on it and publishes it. */
-void mrmgr__cache_tree_take(struct mrmgr_cache *c, struct mrmgr_region *r)
-{
-	mrmgr__seq_write_begin(c);
-	mrmgr__lookup_remove(c, r);
-	mrmgr__itree_remove(&c->tree, &r->node);
-	mrmgr__seq_write_end(c);
-	mrmgr__lru_unlink(r);
-	c->ncached--;
-}
-
-void mrmgr__cache_tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
-{
-	mrmgr__cache_tree_take(c, r);
-	mrmgr__mon_unwatch(c, r);
-}
 
 /*
  * Take a live region out of the cache for good (invalidation, merge). It is
@@ -95,113 +41,38 @@ int mrmgr__core_detach(struct mrmgr_cache *c, struct mrmgr_region *r)
 	return 1;
 }
 
-/* Make a region that is out of the tree live again. */
-void mrmgr__cache_publish_region(struct mrmgr_cache *c, struct mrmgr_region *r)
+/* The checked mode's put (check.c: the rules and why). */
+/* A put with nothing taken, in the checked mode: say so and do nothing. */
+static void refuse(struct mrmgr_cache *c, struct mrmgr_region *r,
+		   const char *why)
 {
-	r->gone = 0; /* cached again (grow.c) */
-	mrmgr__region_go_live(r); /* keys, then live: one pass */
-	mrmgr__seq_write_begin(c);
-	mrmgr__itree_insert(&c->tree, &r->node);
-	mrmgr__lookup_insert(c, r);
-	mrmgr__seq_write_end(c);
-	mrmgr__lru_append(c, r);
-	c->ncached++;
+	c->st.double_puts++;
+	mrmgr__err("mrmgr_put: region %p [%#llx, +%llu) of cache %p %s (a "
+		   "double put?): the put is ignored (counted in double_puts)",
+		   (void *)r, (unsigned long long)mrmgr__region_start(r),
+		   (unsigned long long)mrmgr__region_len(r), (void *)c, why);
 }
 
-/* Deregister an idle region that is out of the tree, and recycle it. */
-void mrmgr__cache_release_region(struct mrmgr_cache *c, struct mrmgr_region *r)
+int mrmgr__put_checked(struct mrmgr_region *r)
 {
-	uint64_t len = mrmgr__region_len(r);
-	int ret;
+	struct mrmgr_cache *c = r->cache;
+	int state;
 
-	mrmgr__region_gone(c, r); /* the caller's callback: keys still valid */
-	if (c->reap_on && !r->share && r->kind != MRMGR__REGION_VIEW) {
-		region_retire(c, r); /* deregistered once the lock is free */
-		return;
-	}
-	mrmgr__region_clear_keys(r);
-	mrmgr__mon_unwatch(c, r); /* a no-op unless grow.c held it out */
-	if (mrmgr__unlikely(c->ndeferred))
-		mrmgr__cache_dereg_retry(c, 0);
-	mrmgr__ext_region_released(c, r); /* before its MR goes */
-	/* A view borrows the implicit MR, which lives as long as the cache. */
-	ret = r->kind == MRMGR__REGION_VIEW ? 0
-	      : mrmgr__core_dereg(c, r->mr, "a region's MR");
-	if (!ret && r->kind != MRMGR__REGION_VIEW)
-		c->st.deregistrations++;
-	mrmgr__dbg("dereg [%#llx, +%llu)",
-		   (unsigned long long)mrmgr__region_start(r),
-		   (unsigned long long)len);
-	r->mr = NULL;
-	mrmgr__core_account_reg(c, r->kind, len, -1);
-	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
-	r->free_next = c->free_list;
-	c->free_list = r;
+	if (!(c->flags & MRMGR_CACHE_CHECK))
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	state = mrmgr__region_state(r);
+	if (state == MRMGR__REGION_FREE)
+		refuse(c, r, "was released already");
+	else if (state != MRMGR__REGION_ABANDONED &&
+		 mrmgr__region_refs(r, c->nstripes) <= 0)
+		refuse(c, r, "is held by nobody");
+	else
+		mrmgr__core_unref_locked(c, r,
+					  mrmgr__thread_slot() & (c->nstripes - 1));
+	pthread_mutex_unlock(&c->lock);
+	return 1;
 }
-
-/* An evicted region: everything of mrmgr__cache_release_region() but the
- * deregistration, which mrmgr__cache_reap_dereg() does once the lock is
- * free. */
-static void region_retire(struct mrmgr_cache *c, struct mrmgr_region *r)
-{
-	mrmgr__mon_unwatch(c, r);
-	mrmgr__region_clear_keys(r);
-	mrmgr__ext_region_released(c, r);
-	mrmgr__core_account_reg(c, r->kind, mrmgr__region_len(r), -1);
-	/* FREE: a stale reader's put leaves it alone; off the free list
-	 * until its MR is gone. */
-	mrmgr__region_set_state(r, MRMGR__REGION_FREE);
-	r->free_next = c->reap;
-	c->reap = r;
-}
-
-/* Deregister retired regions; no lock. Returns how many succeeded. */
-uint64_t mrmgr__cache_reap_dereg(struct mrmgr_cache *c,
-				 struct mrmgr_region *list)
-{
-	uint64_t n = 0;
-
-	/* The retired regions are this thread's alone until they are
-	 * recycled: an MR deregistered here is forgotten here, a failed one
-	 * stays for mrmgr__cache_reap_recycle() to keep and retry (dereg.c). */
-	for (struct mrmgr_region *r = list; r; r = r->free_next) {
-		if (!mrmgr__dev_dereg_mr(c->ops, r->mr)) {
-			r->mr = NULL;
-			n++;
-		}
-	}
-	return n;
-}
-
-/* Recycle retired regions once deregistered; lock held. */
-void mrmgr__cache_reap_recycle(struct mrmgr_cache *c, struct mrmgr_region *list,
-			       uint64_t deregistered)
-{
-	c->st.deregistrations += deregistered;
-	while (list) {
-		struct mrmgr_region *r = list;
-
-		list = r->free_next;
-		/* Its deregistration failed: kept and retried, not abandoned. */
-		if (r->mr && !mrmgr__core_dereg(c, r->mr, "an evicted region's MR"))
-			c->st.deregistrations++;
-		r->mr = NULL;
-		r->free_next = c->free_list;
-		c->free_list = r;
-	}
-}
-
-/* Deregister and recycle what was retired, lock held (nothing to register
- * meanwhile). */
-void mrmgr__cache_reap_locked(struct mrmgr_cache *c)
-{
-	struct mrmgr_region *reap = c->reap;
-
-	c->reap = NULL;
-	if (reap)
-		mrmgr__cache_reap_recycle(c, reap, mrmgr__cache_reap_dereg(c, reap));
-}
-
 /* mrmgr_put() on a region no longer live: perhaps the last user. */
 static __attribute__((noinline)) void put_slow(struct mrmgr_region *r)
 {

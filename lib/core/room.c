@@ -1,6 +1,8 @@
 /*
- * Room within the limits: the LRU list, and evicting idle regions as
- * evict.c picks them.
+ * Room within the limits: evicting idle regions as evict.c picks them
+ * (the LRU list itself is retire.c's). Eviction returns its victims: out
+ * of the tree and of the limits, their MRs on the cache's reap list for
+ * the caller to deregister (the miss with the lock released).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -20,22 +22,6 @@
 #include "hit.h"
 #include "log.h"
 
-void mrmgr__lru_unlink(struct mrmgr_region *r)
-{
-	mrmgr__evict_unlinking(&r->cache->age_hand, &r->lru);
-	r->lru.prev->next = r->lru.next;
-	r->lru.next->prev = r->lru.prev;
-	r->lru.prev = r->lru.next = NULL;
-}
-
-void mrmgr__lru_append(struct mrmgr_cache *c, struct mrmgr_region *r)
-{
-	r->lru.prev = c->lru.prev;
-	r->lru.next = &c->lru;
-	c->lru.prev->next = &r->lru;
-	c->lru.prev = &r->lru;
-}
-
 /* Park a region found held on the held list (evict.c). */
 static void held_append(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
@@ -43,17 +29,6 @@ static void held_append(struct mrmgr_cache *c, struct mrmgr_region *r)
 	r->lru.next = &c->held;
 	c->held.prev->next = &r->lru;
 	c->held.prev = &r->lru;
-}
-
-/* Every parked region back on the LRU list (teardown, whole-cache walks). */
-void mrmgr__lru_unpark_all(struct mrmgr_cache *c)
-{
-	while (c->held.next != &c->held) {
-		struct mrmgr_region *r = mrmgr__lru_region(c->held.next);
-
-		mrmgr__lru_unlink(r);
-		mrmgr__lru_append(c, r);
-	}
 }
 
 /*
@@ -79,7 +54,8 @@ static int region_try_evict(struct mrmgr_cache *c, struct mrmgr_region *r)
 	}
 	mrmgr__cache_tree_remove(c, r);
 	mrmgr__region_mark_gone(r, MRMGR_REGION_GONE_EVICTED);
-	mrmgr__cache_release_region(c, r);
+	/* A victim: out of the limits now, its MR the caller's to reap. */
+	mrmgr__cache_retire_region(c, r);
 	c->st.evictions++;
 	return 1;
 }
@@ -107,7 +83,7 @@ static int evict_one(struct mrmgr_cache *c, uint64_t shortfall)
 
 /* Evict every idle region (a registration failed for want of memory).
  * O(n), on that failure only. */
-void mrmgr__core_evict_all_idle(struct mrmgr_cache *c)
+void mrmgr__cache_evict_all_idle(struct mrmgr_cache *c)
 {
 	struct mrmgr__lru_link *lists[] = { &c->lru, &c->held };
 
@@ -127,7 +103,7 @@ void mrmgr__core_evict_all_idle(struct mrmgr_cache *c)
  * Evict until n more regions of len more bytes fit the limits. Returns 0
  * when they cannot (everything left is in use, or nothing idle turned up).
  */
-int mrmgr__core_make_room(struct mrmgr_cache *c, uint64_t n, uint64_t len)
+int mrmgr__cache_make_room(struct mrmgr_cache *c, uint64_t n, uint64_t len)
 {
 	if (len > c->cfg.max_bytes || (n && c->cfg.max_regions == 0))
 		return 0;
@@ -142,6 +118,21 @@ int mrmgr__core_make_room(struct mrmgr_cache *c, uint64_t n, uint64_t len)
 			return 0;
 	}
 	return 1;
+}
+
+/* The features' calls (core.h): the victims are deregistered at once. */
+int mrmgr__core_make_room(struct mrmgr_cache *c, uint64_t n, uint64_t len)
+{
+	int ret = mrmgr__cache_make_room(c, n, len);
+
+	mrmgr__cache_reap_locked(c);
+	return ret;
+}
+
+void mrmgr__core_evict_all_idle(struct mrmgr_cache *c)
+{
+	mrmgr__cache_evict_all_idle(c);
+	mrmgr__cache_reap_locked(c);
 }
 
 void mrmgr__core_each_cached(struct mrmgr_cache *c,

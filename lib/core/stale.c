@@ -520,6 +520,7 @@ static int stale_init(struct mrmgr_cache *c)
 	s->nbuckets = 64;
 	s->fd = -1;
 	c->stale = s;
+	c->check_get = mrmgr__stale_get;
 	if (pagemap(s) < 0) {
 		int err = errno;
 
@@ -603,6 +604,7 @@ static void stale_stats(struct mrmgr_cache *c, struct mrmgr_stats *st)
 
 const struct mrmgr__ext mrmgr__ext_stale = {
 	.name = "stale check",
+	.id = MRMGR__EXT_ID_STALE,
 	.init = stale_init,
 	.fini = stale_fini,
 	.free = stale_free,

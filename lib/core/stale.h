@@ -15,12 +15,7 @@
 struct mrmgr_cache;
 struct mrmgr_region;
 
-/* The feature (ext.h): in the cache's list only when the check was asked
- * for (ext/features.c), so a cache without it pays nothing anywhere. */
-extern const struct mrmgr__ext mrmgr__ext_stale;
-
-/* Whether a cache made with attr flags checks (the flag or MRMGR_CHECK). */
-int mrmgr__stale_wanted(uint64_t attr_flags);
+/* mrmgr__ext_stale and mrmgr__stale_wanted(): ext.h (the assembler's). */
 
 /*
  * get() found r for [start, last] with access, referenced on slot, no

@@ -42,7 +42,9 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "cache.h"
+#include "core.h"
+#include "device.h"
+#include "ext.h"
 #include "log.h"
 #include "share.h"
 #include "vma.h"
@@ -110,7 +112,7 @@ static void *map_aligned(int fd, uint64_t off, uint64_t len, uint64_t start,
 
 static void alias_unlink(struct mrmgr_cache *c, struct mrmgr_alias *al)
 {
-	struct mrmgr__share *sh = al->r->share;
+	struct mrmgr__share *sh = mrmgr__share_of(al->r);
 
 	if (al->prev)
 		al->prev->next = al->next;
@@ -120,14 +122,30 @@ static void alias_unlink(struct mrmgr_cache *c, struct mrmgr_alias *al)
 		al->next->prev = al->prev;
 	al->next = al->prev = NULL;
 	sh->naliases--;
-	c->st.share_aliases--;
+	mrmgr__core_count(c, share_aliases, -1);
 	mrmgr__share_member_gone(c, al->r);
+}
+
+/* al joins its region's share set, and pins it (lock held). */
+static void alias_link(struct mrmgr_cache *c, struct mrmgr_alias *al)
+{
+	struct mrmgr__share *sh = mrmgr__share_of(al->r);
+
+	al->next = sh->aliases;
+	if (al->next)
+		al->next->prev = al;
+	sh->aliases = al;
+	sh->naliases++;
+	mrmgr__core_count(c, share_aliases, 1);
+	mrmgr__core_count(c, registrations, 1);
+	mrmgr__share_pin(c, al->r); /* dropped by the destroy */
 }
 
 MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 				    struct ibv_pd *pd, unsigned int access,
 				    mrmgr_alias_t **out)
 {
+	const struct mrmgr__core_view *cv;
 	struct mrmgr_cache *c;
 	struct mrmgr_alias *al;
 	const char *why = "";
@@ -142,13 +160,15 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 				   : !out ? "NULL alias pointer" : "bad descriptor");
 		return EINVAL;
 	}
-	c = r->cache;
+	c = mrmgr__rgn_cache(r);
+	cv = mrmgr__core_view(c);
 	ret = mrmgr__core_check_access("mrmgr_region_alias", access);
 	if (ret)
 		return ret;
 	if (!pd)
-		pd = mrmgr__region_plain_mr(r) ? mrmgr__region_plain_mr(r)->pd : c->pd;
-	if (mrmgr__dev_for(pd->context) != c->ops) {
+		pd = mrmgr__region_plain_mr(r) ? mrmgr__region_plain_mr(r)->pd
+					       : cv->pd;
+	if (mrmgr__dev_for(pd->context) != cv->ops) {
 		mrmgr__err("mrmgr_region_alias: the PD is of another backend than "
 			   "the cache's");
 		return EINVAL;
@@ -158,8 +178,8 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 		mrmgr__err("mrmgr_region_alias: fd %d: %s", fd, strerror(ret));
 		return ret == EBADF ? EINVAL : ret;
 	}
-	start = mrmgr__region_start(r);
-	len = mrmgr__region_len(r);
+	start = mrmgr__rgn_start(r);
+	len = mrmgr__rgn_len(r);
 	ret = same_file_pages(start, len, &st, offset, &why);
 	if (ret) {
 		mrmgr__err("mrmgr_region_alias: [%#llx, +%llu) is not fd %d at "
@@ -180,7 +200,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 			   strerror(ret));
 		return ret;
 	}
-	ret = mrmgr__dev_reg_mr(c->ops, pd, p, len, (int)access, &mr);
+	ret = mrmgr__dev_reg_mr(cv->ops, pd, p, len, (int)access, &mr);
 	if (ret) {
 		munmap(p, len);
 		free(al);
@@ -190,7 +210,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 	}
 
 	mrmgr__core_lock(c);
-	if (mrmgr__region_state(r) != MRMGR__REGION_LIVE)
+	if (!mrmgr__rgn_live(r))
 		ret = ESTALE; /* invalidated meanwhile: not the file's pages */
 	if (!ret)
 		ret = mrmgr__share_cache_get(c);
@@ -198,7 +218,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 		ret = mrmgr__share_get(c, r);
 	if (ret) {
 		mrmgr__core_unlock(c);
-		mrmgr__dev_dereg_mr(c->ops, mr);
+		mrmgr__dev_dereg_mr(cv->ops, mr);
 		munmap(p, len);
 		free(al);
 		if (ret == ESTALE)
@@ -212,14 +232,7 @@ MRMGR_EXPORT int mrmgr_region_alias(mrmgr_region_t *r, int fd, uint64_t offset,
 	al->addr = p;
 	al->len = len;
 	al->access = access;
-	al->next = r->share->aliases;
-	if (al->next)
-		al->next->prev = al;
-	r->share->aliases = al;
-	r->share->naliases++;
-	c->st.share_aliases++;
-	c->st.registrations++;
-	mrmgr__share_pin(c, r); /* dropped by the destroy */
+	alias_link(c, al);
 	mrmgr__core_unlock(c);
 	mrmgr__dbg("alias of [%#llx, +%llu) at %p: keys %#x/%#x",
 		   (unsigned long long)start, (unsigned long long)len, p,
@@ -238,12 +251,12 @@ struct mrmgr_region *mrmgr__alias_force(struct mrmgr_cache *c,
 
 	alias_unlink(c, al);
 	__atomic_store_n(&al->revoked, 1, __ATOMIC_RELEASE);
-	ret = mrmgr__dev_dereg_mr(c->ops, al->mr);
+	ret = mrmgr__dev_dereg_mr(mrmgr__core_view(c)->ops, al->mr);
 	if (ret)
 		mrmgr__err("deregistering alias %p failed: %s; abandoned",
 			   al->addr, strerror(ret));
 	else
-		c->st.deregistrations++;
+		mrmgr__core_count(c, deregistrations, 1);
 	al->mr = NULL;
 	al->cache = NULL;
 	al->r = NULL;
@@ -263,14 +276,14 @@ MRMGR_EXPORT int mrmgr_alias_destroy(mrmgr_alias_t *al)
 	if (c) {
 		mrmgr__core_lock(c);
 		alias_unlink(c, al);
-		ret = mrmgr__dev_dereg_mr(c->ops, al->mr);
+		ret = mrmgr__dev_dereg_mr(mrmgr__core_view(c)->ops, al->mr);
 		if (ret)
 			mrmgr__err("mrmgr_alias_destroy: deregistering %p: %s; "
 				   "the MR is abandoned", al->addr, strerror(ret));
 		else
-			c->st.deregistrations++;
+			mrmgr__core_count(c, deregistrations, 1);
 		mrmgr__core_unref_locked(c, al->r,
-					  mrmgr__thread_slot() & (c->nstripes - 1));
+					  mrmgr__core_slot(c));
 		mrmgr__core_unlock(c);
 	}
 	munmap(al->addr, al->len);

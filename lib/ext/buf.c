@@ -32,12 +32,21 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "cache.h"
+#include "compiler.h"
+#include "core.h"
+#include "ext.h"
+#include "ids.h"
 #include "grow.h"
 #include "log.h"
 
+/* A ring of buffers; the cache's head is the feature's state. */
+struct buf_link {
+	struct buf_link *prev, *next;
+};
+
 struct mrmgr_buf {
-	struct mrmgr__lru_link link;   /* on cache->bufs, under the cache lock */
+	struct buf_link link;          /* on the cache's ring (bufs()), under
+					* the cache lock */
 	struct mrmgr_cache *cache;
 	struct mrmgr_region *r;        /* held; NULL after a failed follow */
 	char *data;
@@ -47,20 +56,26 @@ struct mrmgr_buf {
 	uint64_t gen;
 };
 
-static inline struct mrmgr_buf *link_buf(struct mrmgr__lru_link *l)
+static inline struct mrmgr_buf *link_buf(struct buf_link *l)
 {
 	return mrmgr__container_of(l, struct mrmgr_buf, link);
 }
 
+/* The cache's buffers (the feature's state, core.h). */
+static struct buf_link *bufs(const struct mrmgr_cache *c)
+{
+	return mrmgr__core_priv(c, &mrmgr__ext_buf);
+}
+
 static inline unsigned int my_slot(const struct mrmgr_cache *c)
 {
-	return mrmgr__thread_slot() & (c->nstripes - 1);
+	return mrmgr__core_slot(c);
 }
 
 /* Pages for size bytes (at least one); 0 on overflow. */
 static size_t cap_for(const struct mrmgr_cache *c, size_t size)
 {
-	size_t page = (size_t)1 << c->page_shift;
+	size_t page = (size_t)1 << mrmgr__core_view(c)->page_shift;
 
 	if (size == 0)
 		return page;
@@ -76,9 +91,9 @@ static size_t cap_for(const struct mrmgr_cache *c, size_t size)
  */
 static void adopt(struct mrmgr_cache *c, struct mrmgr_buf *b)
 {
-	b->gen = b->r ? b->r->gen : ++c->next_gen;
+	b->gen = b->r ? mrmgr__rgn_gen(b->r) : mrmgr__core_next_gen(c);
 	if (b->r)
-		b->r->flags |= MRMGR__REGION_BUFFER;
+		mrmgr__rgn_set_flags(b->r, MRMGR__REGION_BUFFER, 0);
 }
 
 static uint64_t first(const void *p)
@@ -93,7 +108,7 @@ static int follow(struct mrmgr_buf *b, char *data, size_t cap)
 	int ret;
 
 	if (b->r)
-		b->r->flags &= ~(unsigned int)MRMGR__REGION_BUFFER;
+		mrmgr__rgn_set_flags(b->r, 0, MRMGR__REGION_BUFFER);
 	ret = mrmgr__grow_held(c, &b->r, my_slot(c), first(data), cap, b->access);
 
 	adopt(c, b);
@@ -144,10 +159,12 @@ MRMGR_EXPORT int mrmgr_buf_create(mrmgr_cache_t *c, size_t size,
 				      MRMGR__GET_NO_GROW | MRMGR__GET_NO_MERGE,
 				      &b->r);
 	if (!ret) {
-		b->link.prev = c->bufs.prev;
-		b->link.next = &c->bufs;
-		c->bufs.prev->next = &b->link;
-		c->bufs.prev = &b->link;
+		struct buf_link *head = bufs(c);
+
+		b->link.prev = head->prev;
+		b->link.next = head;
+		head->prev->next = &b->link;
+		head->prev = &b->link;
 		adopt(c, b);
 	}
 	mrmgr__core_unlock(c);
@@ -163,7 +180,7 @@ MRMGR_EXPORT int mrmgr_buf_create(mrmgr_cache_t *c, size_t size,
 /* The capacity a buffer of cap bytes should have for size bytes. */
 static size_t next_cap(const struct mrmgr_cache *c, size_t cap, size_t need)
 {
-	size_t page = (size_t)1 << c->page_shift;
+	size_t page = (size_t)1 << mrmgr__core_view(c)->page_shift;
 
 	if (need > cap)
 		return cap <= SIZE_MAX / 2 && 2 * cap > need ? 2 * cap : need;
@@ -263,7 +280,7 @@ MRMGR_EXPORT int mrmgr_buf_destroy(mrmgr_buf_t *b)
 	mrmgr__core_invalidate_locked(c, first(b->data),
 				       first(b->data) + b->cap - 1);
 	if (b->r) {
-		b->r->flags &= ~(unsigned int)MRMGR__REGION_BUFFER;
+		mrmgr__rgn_set_flags(b->r, 0, MRMGR__REGION_BUFFER);
 		mrmgr__core_unref_locked(c, b->r, my_slot(c));
 	}
 	mrmgr__core_unlock(c);
@@ -274,9 +291,10 @@ MRMGR_EXPORT int mrmgr_buf_destroy(mrmgr_buf_t *b)
 
 int mrmgr__buf_follow_pd(struct mrmgr_cache *c)
 {
+	struct buf_link *head = bufs(c);
 	int ret = 0;
 
-	for (struct mrmgr__lru_link *l = c->bufs.next; l != &c->bufs; l = l->next) {
+	for (struct buf_link *l = head->next; l != head; l = l->next) {
 		struct mrmgr_buf *b = link_buf(l);
 		int err = follow(b, b->data, b->cap);
 
@@ -301,7 +319,7 @@ MRMGR_EXPORT int mrmgr_buf_query(const mrmgr_buf_t *b,
 	one.data = b->data;
 	one.size = b->size;
 	one.capacity = b->cap;
-	one.mr = b->r ? b->r->mr : NULL;
+	one.mr = b->r ? mrmgr__rgn_mr(b->r) : NULL;
 	one.generation = b->gen;
 	memcpy(info, &one, size < sizeof(one) ? size : sizeof(one));
 	return 0;
@@ -311,14 +329,18 @@ MRMGR_EXPORT int mrmgr_buf_query(const mrmgr_buf_t *b,
 
 static int buf_init(struct mrmgr_cache *c)
 {
-	c->bufs.prev = c->bufs.next = &c->bufs;
+	struct buf_link *head = bufs(c);
+
+	head->prev = head->next = head;
 	return 0;
 }
 
 /* A buffer holds its cache: it is destroyed first. */
 static int buf_destroy_check(struct mrmgr_cache *c, uint64_t busy)
 {
-	if (busy || c->bufs.next == &c->bufs)
+	struct buf_link *head = bufs(c);
+
+	if (busy || head->next == head)
 		return 0;
 	mrmgr__err("mrmgr_cache_destroy: buffers still use the cache; "
 		   "destroy them first");
@@ -327,6 +349,8 @@ static int buf_destroy_check(struct mrmgr_cache *c, uint64_t busy)
 
 const struct mrmgr__ext mrmgr__ext_buf = {
 	.name = "buf",
+	.id = MRMGR__EXT_ID_BUF,
+	.priv_size = sizeof(struct buf_link),
 	.init = buf_init,
 	.destroy_check = buf_destroy_check,
 };

@@ -17,7 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cache.h"
+#include "core.h"
+#include "device.h"
+#include "ext.h"
 #include "log.h"
 #include "share.h"
 
@@ -26,7 +28,7 @@ static uint64_t next_export_id;
 void mrmgr__export_unlink(struct mrmgr_cache *c, struct mrmgr_export *e)
 {
 	struct mrmgr_region *r = e->r;
-	struct mrmgr__share *sh = r->share;
+	struct mrmgr__share *sh = mrmgr__share_of(r);
 
 	if (e->prev)
 		e->prev->next = e->next;
@@ -36,8 +38,8 @@ void mrmgr__export_unlink(struct mrmgr_cache *c, struct mrmgr_export *e)
 		e->next->prev = e->prev;
 	e->next = e->prev = NULL;
 	sh->nexports--;
-	c->st.share_exports--;
-	c->st.share_importers -= e->importers;
+	mrmgr__core_count(c, share_exports, -1);
+	mrmgr__core_count(c, share_importers, -(int64_t)(e->importers));
 	mrmgr__share_member_gone(c, r);
 }
 
@@ -58,7 +60,7 @@ MRMGR_EXPORT int mrmgr_cache_export_context(mrmgr_cache_t *c, struct ibv_pd *pd,
 			   "serve PD %p", (void *)pd);
 		return EINVAL;
 	}
-	which = pd ? pd : c->pd;
+	which = pd ? pd : mrmgr__core_view(c)->pd;
 	ret = mrmgr__share_probe(which);
 	if (ret) {
 		mrmgr__err("mrmgr_cache_export_context: %s cannot share MRs "
@@ -95,8 +97,8 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 							      : "export pointer");
 		return EINVAL;
 	}
-	c = r->cache;
-	if (r->kind == MRMGR__REGION_VIEW) {
+	c = mrmgr__rgn_cache(r);
+	if (mrmgr__rgn_kind(r) == MRMGR__REGION_VIEW) {
 		mrmgr__err("mrmgr_region_export: an implicit-ODP view has no MR "
 			   "of its own (exporting the implicit MR would open "
 			   "the whole address space)");
@@ -121,13 +123,13 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 		return ENOMEM;
 
 	mrmgr__core_lock(c);
-	if (mrmgr__region_state(r) != MRMGR__REGION_LIVE) {
+	if (!mrmgr__rgn_live(r)) {
 		mrmgr__core_unlock(c);
 		free(e);
 		mrmgr__err("mrmgr_region_export: [%#llx, +%llu) is no longer in "
 			   "the cache (invalidated, merged or grown away); get "
-			   "it again", (unsigned long long)mrmgr__region_start(r),
-			   (unsigned long long)mrmgr__region_len(r));
+			   "it again", (unsigned long long)mrmgr__rgn_start(r),
+			   (unsigned long long)mrmgr__rgn_len(r));
 		return ESTALE;
 	}
 	ret = mrmgr__share_cache_get(c);
@@ -150,19 +152,19 @@ MRMGR_EXPORT int mrmgr_region_export(mrmgr_region_t *r, struct ibv_pd *pd,
 	e->desc.mr_handle = mr->handle;
 	e->desc.lkey = mr->lkey;
 	e->desc.rkey = mr->rkey;
-	e->desc.access = r->access;
-	e->desc.addr = mrmgr__region_start(r);
-	e->desc.length = mrmgr__region_len(r);
-	e->desc.generation = r->gen;
+	e->desc.access = mrmgr__rgn_access(r);
+	e->desc.addr = mrmgr__rgn_start(r);
+	e->desc.length = mrmgr__rgn_len(r);
+	e->desc.generation = mrmgr__rgn_gen(r);
 	snprintf(e->desc.device, sizeof(e->desc.device), "%s",
 		 mr->context->device->name);
-	e->next = r->share->exports;
+	e->next = mrmgr__share_of(r)->exports;
 	if (e->next)
 		e->next->prev = e;
-	r->share->exports = e;
-	r->share->nexports++;
-	c->st.exports++;
-	c->st.share_exports++;
+	mrmgr__share_of(r)->exports = e;
+	mrmgr__share_of(r)->nexports++;
+	mrmgr__core_count(c, exports, 1);
+	mrmgr__core_count(c, share_exports, 1);
 	mrmgr__share_pin(c, r); /* dropped by the release */
 	mrmgr__core_unlock(c);
 	mrmgr__dbg("export %llu: [%#llx, +%llu) handle %u keys %#x/%#x",
@@ -207,7 +209,7 @@ MRMGR_EXPORT int mrmgr_export_release(mrmgr_export_t *e)
 		mrmgr__core_lock(c);
 		mrmgr__export_unlink(c, e);
 		mrmgr__core_unref_locked(c, e->r,
-					  mrmgr__thread_slot() & (c->nstripes - 1));
+					  mrmgr__core_slot(c));
 		mrmgr__core_unlock(c);
 	}
 	free(e);
@@ -235,9 +237,9 @@ MRMGR_EXPORT int mrmgr_export_importers(mrmgr_export_t *e, int delta)
 	} else {
 		e->importers += (uint32_t)delta;
 		if (c) {
-			c->st.share_importers += (uint64_t)(int64_t)delta;
+			mrmgr__core_count(c, share_importers, (uint64_t)(int64_t)delta);
 			if (delta > 0)
-				c->st.imports += (uint64_t)delta;
+				mrmgr__core_count(c, imports, (uint64_t)delta);
 		}
 	}
 	if (c)

@@ -8,12 +8,11 @@
  */
 #include "config.h"
 
-#include "cache.h"
+#include "core.h"
 #include "ext.h"
 #include "grow.h"
 #include "odp.h"
 #include "share.h"
-#include "stale.h"
 
 static const struct mrmgr__ext *const features[] = {
 	&mrmgr__ext_grow,

@@ -38,8 +38,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "monitor.h"
+#include "core.h"
+#include "device.h"
+#include "ext.h"
+#include "ids.h"
 #include "grow.h"
 #include "log.h"
 #include "share.h"
@@ -62,9 +64,11 @@ enum blocker {
 	BLOCK_SHARED,      /* shared, peer memory or dma-buf MR */
 };
 
-static inline struct mrmgr_region *node_region(const struct mrmgr__itree_node *n)
+/* The feature's state (core.h): the cache's verdict, enum
+ * mrmgr__rereg_verdict. */
+static int *verdict_of(const struct mrmgr_cache *c)
 {
-	return mrmgr__container_of(n, struct mrmgr_region, node);
+	return mrmgr__core_priv(c, &mrmgr__ext_grow);
 }
 
 /* ------------------------------------------------ per-device verdicts */
@@ -73,16 +77,19 @@ static inline struct mrmgr_region *node_region(const struct mrmgr__itree_node *n
  * (device.h), so only the first cache on a device probes. */
 static int verdict_find(const struct mrmgr_cache *c)
 {
+	const struct mrmgr__core_view *cv = mrmgr__core_view(c);
 	int v;
 
-	if (!mrmgr__dev_learnt(c->ops, c->caps.name, MRMGR__LEARN_REREG, &v))
+	if (!mrmgr__dev_learnt(cv->ops, cv->caps->name, MRMGR__LEARN_REREG, &v))
 		v = MRMGR__REREG_UNKNOWN;
 	return v;
 }
 
 static void verdict_store(const struct mrmgr_cache *c, int v)
 {
-	mrmgr__dev_learn(c->ops, c->caps.name, MRMGR__LEARN_REREG, v);
+	const struct mrmgr__core_view *cv = mrmgr__core_view(c);
+
+	mrmgr__dev_learn(cv->ops, cv->caps->name, MRMGR__LEARN_REREG, v);
 }
 
 static int unsupported_errno(int err)
@@ -98,13 +105,13 @@ static int note_unsupported(struct mrmgr_cache *c, int err)
 {
 	if (!unsupported_errno(err))
 		return 0;
-	if (c->rereg != MRMGR__REREG_NO)
+	if (*verdict_of(c) != MRMGR__REREG_NO)
 		mrmgr__info("%s cannot re-register (%s): growth and access "
 			    "upgrades register anew from now on",
-			    c->caps.name, strerror(err));
-	c->rereg = MRMGR__REREG_NO;
+			    mrmgr__core_view(c)->caps->name, strerror(err));
+	*verdict_of(c) = MRMGR__REREG_NO;
 	verdict_store(c, MRMGR__REREG_NO);
-	c->st.rereg_fallback_unsupported++;
+	mrmgr__core_count(c, rereg_fallback_unsupported, 1);
 	return 1;
 }
 
@@ -116,7 +123,8 @@ static int note_unsupported(struct mrmgr_cache *c, int err)
  */
 static int probe(struct mrmgr_cache *c)
 {
-	size_t page = (size_t)1 << c->page_shift;
+	const struct mrmgr__core_view *cv = mrmgr__core_view(c);
+	size_t page = (size_t)1 << cv->page_shift;
 	struct ibv_mr *mr = NULL;
 	int err = 0, code, v;
 	void *p = mmap(NULL, page, PROT_READ | PROT_WRITE,
@@ -125,14 +133,14 @@ static int probe(struct mrmgr_cache *c)
 	if (p == MAP_FAILED)
 		return MRMGR__REREG_UNKNOWN;
 	*(volatile char *)p = 0;
-	if (mrmgr__dev_reg_mr(c->ops, c->pd, p, page, IBV_ACCESS_LOCAL_WRITE,
-			      &mr)) {
+	if (mrmgr__dev_reg_mr(cv->ops, cv->pd, p, page,
+			      IBV_ACCESS_LOCAL_WRITE, &mr)) {
 		munmap(p, page);
 		return MRMGR__REREG_UNKNOWN;
 	}
-	c->st.rereg_probes++;
-	code = mrmgr__dev_rereg_mr(c->ops, mr, REREG_ACCESS, c->pd, p, page,
-				   IBV_ACCESS_LOCAL_WRITE, &err);
+	mrmgr__core_count(c, rereg_probes, 1);
+	code = mrmgr__dev_rereg_mr(cv->ops, mr, REREG_ACCESS, cv->pd, p,
+				   page, IBV_ACCESS_LOCAL_WRITE, &err);
 	if (code == 0) {
 		v = MRMGR__REREG_YES;
 	} else if (unsupported_errno(err)) {
@@ -141,14 +149,14 @@ static int probe(struct mrmgr_cache *c)
 		/* A failure that is not "unsupported": do not trust rereg on
 		 * this cache, but do not brand the device either. */
 		mrmgr__warn("%s: probing ibv_rereg_mr failed (%d, %s); this "
-			    "cache will not use it", c->caps.name, code,
+			    "cache will not use it", cv->caps->name, code,
 			    strerror(err));
 		v = MRMGR__REREG_UNKNOWN;
 	}
 	/* The man page: dereg even after a failed rereg. */
 	(void)mrmgr__core_dereg(c, mr, "the rereg probe's MR");
 	munmap(p, page);
-	mrmgr__info("%s: ibv_rereg_mr %s", c->caps.name,
+	mrmgr__info("%s: ibv_rereg_mr %s", cv->caps->name,
 		    v == MRMGR__REREG_YES ? "works" : "is not usable");
 	if (v == MRMGR__REREG_UNKNOWN)
 		return MRMGR__REREG_NO; /* this cache only: not stored */
@@ -158,36 +166,38 @@ static int probe(struct mrmgr_cache *c)
 
 void mrmgr__grow_init(struct mrmgr_cache *c)
 {
-	c->rereg = MRMGR__REREG_NO;
-	if (!c->ops->rereg_mr ||
-	    (c->cfg.flags & (MRMGR_CACHE_NO_REREG | MRMGR_CACHE_DISABLE)))
+	*verdict_of(c) = MRMGR__REREG_NO;
+	if (!mrmgr__core_view(c)->ops->rereg_mr ||
+	    (mrmgr__core_view(c)->cfg_flags &
+	     (MRMGR_CACHE_NO_REREG | MRMGR_CACHE_DISABLE)))
 		return;
-	c->rereg = verdict_find(c);
-	if (c->rereg == MRMGR__REREG_UNKNOWN)
-		c->rereg = probe(c);
+	*verdict_of(c) = verdict_find(c);
+	if (*verdict_of(c) == MRMGR__REREG_UNKNOWN)
+		*verdict_of(c) = probe(c);
 }
 
 /* Can the device rereg? Probes again if creation could not. */
 static int device_can_rereg(struct mrmgr_cache *c)
 {
-	if (c->rereg == MRMGR__REREG_UNKNOWN)
-		c->rereg = probe(c);
-	return c->rereg == MRMGR__REREG_YES;
+	if (*verdict_of(c) == MRMGR__REREG_UNKNOWN)
+		*verdict_of(c) = probe(c);
+	return *verdict_of(c) == MRMGR__REREG_YES;
 }
 
 static int blocker(struct mrmgr_cache *c, const struct mrmgr_region *r)
 {
-	if (c->cfg.flags & (MRMGR_CACHE_NO_REREG | MRMGR_CACHE_DISABLE))
+	if (mrmgr__core_view(c)->cfg_flags &
+	    (MRMGR_CACHE_NO_REREG | MRMGR_CACHE_DISABLE))
 		return BLOCK_POLICY;
 
 	if (!device_can_rereg(c))
 		return BLOCK_UNSUPPORTED;
-	if (r->flags & (MRMGR__REGION_SHARED | MRMGR__REGION_PEER))
+	if (mrmgr__rgn_flags(r) & (MRMGR__REGION_SHARED | MRMGR__REGION_PEER))
 		return BLOCK_SHARED;
 	/* An implicit-ODP view has no MR of its own to rereg, and mlx5 never
 	 * keeps keys on a translation rereg of an ODP MR: both take
 	 * make-before-break, which for ODP costs no pinning anyway. */
-	if (r->kind != MRMGR__REGION_PINNED)
+	if (mrmgr__rgn_kind(r) != MRMGR__REGION_PINNED)
 		return BLOCK_SHARED;
 	return BLOCK_NONE;
 }
@@ -195,9 +205,9 @@ static int blocker(struct mrmgr_cache *c, const struct mrmgr_region *r)
 static void count_blocker(struct mrmgr_cache *c, int b)
 {
 	if (b == BLOCK_UNSUPPORTED)
-		c->st.rereg_fallback_unsupported++;
+		mrmgr__core_count(c, rereg_fallback_unsupported, 1);
 	else if (b == BLOCK_SHARED)
-		c->st.rereg_fallback_shared++;
+		mrmgr__core_count(c, rereg_fallback_shared, 1);
 }
 
 /* ------------------------------------------------ the rereg contract */
@@ -208,100 +218,54 @@ static int rereg_flags(const struct mrmgr_region *r, uint64_t start,
 {
 	int f = 0;
 
-	if (start != r->node.start || last != r->node.last)
+	if (start != mrmgr__rgn_start(r) || last != mrmgr__rgn_last(r))
 		f |= REREG_TRANS;
-	if (access != r->access) {
+	if (access != mrmgr__rgn_access(r)) {
 		f |= REREG_ACCESS;
 		/* Pages pinned for reading must be pinned again for stores. */
 		if ((access & IBV_ACCESS_LOCAL_WRITE) &&
-		    !(r->access & IBV_ACCESS_LOCAL_WRITE))
+		    !(mrmgr__rgn_access(r) & IBV_ACCESS_LOCAL_WRITE))
 			f |= REREG_TRANS;
 	}
-	if (pd != r->mr->pd)
+	if (pd != mrmgr__rgn_mr(r)->pd)
 		f |= REREG_PD;
 	return f;
 }
 
 /*
- * Rereg an idle region that is out of the tree, and apply the contract.
- * On REREG_DONE the region's range, access, generation and the cache's
- * accounting are updated; on REREG_LOST the caller releases the region
- * (which deregisters the MR, as the man page requires).
+ * Rereg an idle region that is out of the tree (the core's
+ * mrmgr__core_rereg(): watch, call, and on success the region's range,
+ * access, generation and the accounting), and apply the contract. On
+ * REREG_LOST the caller releases the region (which deregisters the MR,
+ * as the man page requires).
  */
 static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 		 struct ibv_pd *pd, uint64_t start, uint64_t len,
 		 unsigned int access)
 {
-	struct ibv_mr *mr = r->mr;
-	uint64_t old_len = mrmgr__region_len(r);
-	int trans = flags & REREG_TRANS;
-	int err = 0, code;
-	struct mrmgr__watch_tx tx;
+	uint64_t old_start = mrmgr__rgn_start(r), old_len = mrmgr__rgn_len(r);
+	int err, code;
 
-	/* A new translation pins the new range: watch it first, as a miss
-	 * does, so a change to it from now on is reported. Unwatchable: no
-	 * in-place growth; the merge path registers it uncached. A failed
-	 * rereg (EFAULT where part of the range went away) aborts this
-	 * watch, and the caller's fresh registration takes a watch_begin()
-	 * of its own: nothing classified here is trusted after a failure. */
-	if (trans && mrmgr__mon_watch_begin(c, start, start + len - 1, &tx))
+	code = mrmgr__core_rereg(c, r, flags, pd, start, len, access, &err);
+	if (code == MRMGR__REREG_UNWATCHED)
 		return REREG_KEPT;
-	c->st.rereg_attempts++;
-	code = mrmgr__dev_rereg_mr(c->ops, mr, flags,
-				   (flags & REREG_PD) ? pd : mr->pd,
-				   trans ? (void *)(uintptr_t)start : mr->addr,
-				   trans ? (size_t)len : mr->length,
-				   (flags & REREG_ACCESS) ? (int)access : 0, &err);
-	mrmgr__dbg("rereg [%#llx, +%llu) flags %#x -> [%#llx, +%llu) access "
-		   "%#x: %d (%s)", (unsigned long long)mrmgr__region_start(r),
-		   (unsigned long long)old_len, flags, (unsigned long long)start,
-		   (unsigned long long)len, access, code,
-		   code ? strerror(err) : "ok");
-	if (trans) {
-		/* The new translation is in force only on these two codes:
-		 * the region then takes the new watch, else drops it. */
-		if (code == 0 || code == IBV_REREG_MR_ERR_DO_FORK_OLD) {
-			mrmgr__mon_unwatch(c, r);
-			/* Refused: a change was under way; the publish that
-			 * follows must not cache it either. */
-			if (mrmgr__mon_watch_commit(c, &tx, r))
-				r->watch.dirty = 1;
-		} else {
-			mrmgr__mon_watch_abort(c, &tx);
-		}
-	}
 	switch (code) {
 	case 0:
 	case IBV_REREG_MR_ERR_DO_FORK_OLD:
 		if (code) {
-			c->st.rereg_fork_errors++;
+			mrmgr__core_count(c, rereg_fork_errors, 1);
 			mrmgr__warn("rereg of [%#llx, +%llu): the old range's "
 				    "fork state could not be restored (%s); "
 				    "the new registration is in use",
-				    (unsigned long long)mrmgr__region_start(r),
+				    (unsigned long long)old_start,
 				    (unsigned long long)old_len, strerror(err));
 		}
-		c->st.rereg_successes++;
-		if (trans) {
-			/* One registration still, of another size. */
-			mrmgr__core_account_reg(c, MRMGR__REGION_PINNED,
-						old_len, -1);
-			mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len,
-						1);
-			c->st.pages_registered += len >> c->page_shift;
-			/* Out of the tree: only stale readers look, and they
-			 * fail their sequence check. */
-			MRMGR__WRITE_ONCE(r->node.start, start);
-			MRMGR__WRITE_ONCE(r->node.last, start + len - 1);
-		}
-		MRMGR__WRITE_ONCE(r->access, access);
-		r->gen = ++c->next_gen;
-		mrmgr__region_set_keys(r); /* the keys may have changed */
+		mrmgr__core_count(c, rereg_successes, 1);
 		return REREG_DONE;
 	case IBV_REREG_MR_ERR_INPUT:
 	case IBV_REREG_MR_ERR_DONT_FORK_NEW:
 		if (!note_unsupported(c, err)) {
-			c->st.rereg_fallback_input++;
+			mrmgr__core_count(c, rereg_fallback_input, 1);
 			mrmgr__info("rereg refused (%d, %s): the old MR stays "
 				    "valid; registering anew", code,
 				    strerror(err));
@@ -317,7 +281,7 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 			int first = !__atomic_exchange_n(&warned, 1,
 							 __ATOMIC_RELAXED);
 
-			c->st.rereg_fallback_cmd++;
+			mrmgr__core_count(c, rereg_fallback_cmd, 1);
 			mrmgr__log(first ? MRMGR_LOG_WARN : MRMGR_LOG_DEBUG,
 				   "rereg failed (%d, %s): the MR is dropped "
 				   "and registered anew%s", code, strerror(err),
@@ -335,29 +299,28 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		     uint64_t *rl, unsigned int *racc, uint64_t as,
 		     uint64_t al, struct mrmgr_region **out)
 {
-	struct mrmgr_region *r = NULL;
+	struct mrmgr_region *r = NULL, *o;
 	uint64_t hs = UINT64_MAX, hl = 0, n = 0, old_len, new_len;
 	int growth = 0, b, res, flags;
 
-	for (struct mrmgr__itree_node *node =
-		     mrmgr__itree_first_overlap(&c->tree, *rs, *rl);
-	     node; node = mrmgr__itree_next_overlap(node, *rs, *rl)) {
-		if (!mrmgr__core_joins(node_region(node), as, al, *rs, *rl))
+	mrmgr__core_for_each_overlap(c, o, *rs, *rl) {
+		uint64_t os = mrmgr__rgn_start(o), ol = mrmgr__rgn_last(o);
+
+		if (!mrmgr__core_joins(o, as, al, *rs, *rl))
 			continue; /* only its headroom: stays apart */
-		r = node_region(node);
+		r = o;
 		n++;
-		hs = node->start < hs ? node->start : hs;
-		hl = node->last > hl ? node->last : hl;
+		hs = os < hs ? os : hs;
+		hl = ol > hl ? ol : hl;
 		/* Growth: the request overlaps a region and reaches past it
 		 * (merely touching it is a merge, not growth). */
-		if (start <= node->last && last >= node->start &&
-		    (start < node->start || last > node->last))
+		if (start <= ol && last >= os && (start < os || last > ol))
 			growth = 1;
 	}
 	if (!n)
 		return MRMGR__GROW_PASS;
 	if (growth) {
-		c->st.grows++;
+		mrmgr__core_count(c, grows, 1);
 		mrmgr__headroom_widen(c, hs, hl, rs, rl);
 	}
 	if (n != 1)
@@ -371,30 +334,31 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		 * one); a held or shared one is left to the merge path. */
 		if (b != BLOCK_SHARED && mrmgr__core_quiesce(c, r)) {
 			mrmgr__core_release(c, r);
-			c->st.merges++; /* absorbed by what is registered next */
+			mrmgr__core_count(c, merges, 1); /* absorbed by what is registered next */
 		}
 		return MRMGR__GROW_PASS;
 	}
 	if (!mrmgr__core_quiesce(c, r)) {
 		/* Held: make-before-break (the caller's merge path). */
-		c->st.rereg_fallback_in_use++;
+		mrmgr__core_count(c, rereg_fallback_in_use, 1);
 		return MRMGR__GROW_PASS;
 	}
-	old_len = mrmgr__region_len(r);
+	old_len = mrmgr__rgn_len(r);
 	new_len = *rl - *rs + 1;
 	if (new_len > old_len && !mrmgr__core_make_room(c, 0, new_len - old_len)) {
 		mrmgr__core_publish(c, r);
 		return MRMGR__GROW_PASS;
 	}
-	flags = rereg_flags(r, *rs, *rl, *racc, c->pd);
+	flags = rereg_flags(r, *rs, *rl, *racc, mrmgr__core_view(c)->pd);
 	/* Nothing to change (cannot happen after a true miss): a hit. */
-	res = flags ? rereg(c, r, flags, c->pd, *rs, new_len, *racc) : REREG_DONE;
+	res = flags ? rereg(c, r, flags, mrmgr__core_view(c)->pd, *rs, new_len,
+			    *racc)
+		    : REREG_DONE;
 	if (res == REREG_DONE) {
-		r->asked_start = as < start ? as : start;
-		r->asked_last = al > last ? al : last;
+		mrmgr__rgn_set_asked(r, as < start ? as : start,
+				     al > last ? al : last);
 		/* Used, as a new region is (evict.c). */
-		if (!(mrmgr__ref_take(r, slot) & MRMGR__REF_USED))
-			mrmgr__ref_mark_used(mrmgr__ref_word(r, slot));
+		mrmgr__rgn_ref_used(r, slot);
 		mrmgr__core_publish(c, r);
 		*out = r;
 		return 0;
@@ -403,7 +367,7 @@ int mrmgr__grow_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		mrmgr__core_publish(c, r); /* the merge path replaces it */
 	} else {
 		mrmgr__core_release(c, r);
-		c->st.merges++;
+		mrmgr__core_count(c, merges, 1);
 	}
 	return MRMGR__GROW_PASS;
 }
@@ -422,28 +386,28 @@ int mrmgr__grow_held(struct mrmgr_cache *c, struct mrmgr_region **rp,
 	if (r) {
 		int idle;
 
-		if (start < r->node.start || last > r->node.last)
-			c->st.grows++;
-		was_live = mrmgr__region_state(r) == MRMGR__REGION_LIVE;
-		mrmgr__ref_drop(r, slot);
+		if (start < mrmgr__rgn_start(r) || last > mrmgr__rgn_last(r))
+			mrmgr__core_count(c, grows, 1);
+		was_live = mrmgr__rgn_live(r);
+		mrmgr__rgn_unref(r, slot);
 		if (was_live)
 			idle = mrmgr__core_quiesce(c, r);
 		else /* detached: out of the tree; ours alone without holders */
-			idle = mrmgr__region_refs(r, c->nstripes) == 0;
+			idle = mrmgr__rgn_refs(r) == 0;
 		if (!idle) {
 			/* Others hold it: they keep it until their last put. */
 			if (was_live)
 				mrmgr__core_detach(c, r);
-			c->st.rereg_fallback_in_use++;
+			mrmgr__core_count(c, rereg_fallback_in_use, 1);
 			mbb = 1;
 			r = NULL;
 		}
 	}
 	if (r) {
 		/* Idle and out of the tree. */
-		int flags = rereg_flags(r, start, last, access, c->pd);
+		int flags = rereg_flags(r, start, last, access, mrmgr__core_view(c)->pd);
 		int b = flags ? blocker(c, r) : BLOCK_NONE;
-		uint64_t old_len = mrmgr__region_len(r);
+		uint64_t old_len = mrmgr__rgn_len(r);
 		int res = REREG_DONE;
 
 		if (b) {
@@ -455,12 +419,11 @@ int mrmgr__grow_held(struct mrmgr_cache *c, struct mrmgr_region **rp,
 			res = len > old_len &&
 				      !mrmgr__core_make_room(c, 0, len - old_len)
 				      ? REREG_KEPT
-				      : rereg(c, r, flags, c->pd, start, len, access);
+				      : rereg(c, r, flags, mrmgr__core_view(c)->pd, start, len, access);
 		}
 		if (res == REREG_DONE) {
-			r->asked_start = start;
-			r->asked_last = last;
-			mrmgr__ref_take(r, slot);
+			mrmgr__rgn_set_asked(r, start, last);
+			mrmgr__rgn_ref(r, slot);
 			/* Back in the cache; one that was handed out uncached
 			 * goes in only if the limits allow it now. */
 			if (was_live || mrmgr__core_make_room(c, 0, 0))
@@ -490,7 +453,7 @@ int mrmgr__grow_held(struct mrmgr_cache *c, struct mrmgr_region **rp,
 		mrmgr__core_release(c, old);
 	if (ret)
 		return ret;
-	c->st.make_before_break += (uint64_t)mbb;
+	mrmgr__core_count(c, make_before_break, (uint64_t)mbb);
 	*rp = nr;
 	return 0;
 }
@@ -503,19 +466,20 @@ static void move_one(struct mrmgr_cache *c, struct mrmgr_region *r, void *arg)
 	int b;
 
 	/* Buffers' regions move with their buffers, next. */
-	if (r->mr->pd == pd || (r->flags & MRMGR__REGION_BUFFER))
+	if (mrmgr__rgn_mr(r)->pd == pd ||
+	    (mrmgr__rgn_flags(r) & MRMGR__REGION_BUFFER))
 		return;
 	if (!mrmgr__core_quiesce(c, r)) {
 		/* Held: its holders keep the old-PD MR until their last put;
 		 * the next get registers in the new PD. */
 		mrmgr__core_detach(c, r);
-		c->st.rereg_fallback_in_use++;
-		c->st.make_before_break++;
+		mrmgr__core_count(c, rereg_fallback_in_use, 1);
+		mrmgr__core_count(c, make_before_break, 1);
 		return;
 	}
 	b = blocker(c, r);
-	if (!b && rereg(c, r, REREG_PD, pd, mrmgr__region_start(r),
-			mrmgr__region_len(r), r->access) == REREG_DONE) {
+	if (!b && rereg(c, r, REREG_PD, pd, mrmgr__rgn_start(r),
+			mrmgr__rgn_len(r), mrmgr__rgn_access(r)) == REREG_DONE) {
 		mrmgr__core_publish(c, r);
 		return;
 	}
@@ -533,22 +497,22 @@ MRMGR_EXPORT int mrmgr_cache_move_pd(mrmgr_cache_t *c, struct ibv_pd *pd)
 			   !c ? "cache" : "protection domain");
 		return EINVAL;
 	}
-	if (c->flags & MRMGR__CACHE_MULTI_PD) {
+	if (mrmgr__core_flags(c) & MRMGR__CACHE_MULTI_PD) {
 		mrmgr__err("mrmgr_cache_move_pd: a multi-PD cache cannot move");
 		return EINVAL;
 	}
 	mrmgr__core_lock(c);
-	if (pd->context != c->pd->context) {
+	if (pd->context != mrmgr__core_view(c)->pd->context) {
 		mrmgr__core_unlock(c);
 		mrmgr__err("mrmgr_cache_move_pd: the PD is of another device");
 		return EINVAL;
 	}
-	if (pd == c->pd) {
+	if (pd == mrmgr__core_view(c)->pd) {
 		mrmgr__core_unlock(c);
 		return 0;
 	}
 	/* From here on misses register in the new PD. */
-	c->pd = pd;
+	mrmgr__core_set_pd(c, pd);
 	mrmgr__core_each_cached(c, move_one, pd);
 	ret = mrmgr__buf_follow_pd(c);
 	mrmgr__core_unlock(c);
@@ -576,6 +540,8 @@ static int grow_plan_miss(struct mrmgr_cache *c, struct mrmgr__miss *m,
 
 const struct mrmgr__ext mrmgr__ext_grow = {
 	.name = "grow",
+	.id = MRMGR__EXT_ID_GROW,
+	.priv_size = sizeof(int),
 	.init = grow_init,
 	.plan_miss = grow_plan_miss,
 };

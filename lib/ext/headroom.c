@@ -40,10 +40,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cache.h"
+#include "core.h"
+#include "ext.h"
 #include "grow.h"
 #include "log.h"
-#include "monitor.h"
 #include "vma.h"
 
 /* The mapping containing addr: [*lo, *hi). 0, or ENOENT when nothing
@@ -62,7 +62,9 @@ static int mapping_of(uint64_t addr, uint64_t *lo, uint64_t *hi)
 void mrmgr__headroom_widen(struct mrmgr_cache *c, uint64_t os, uint64_t ol,
 			   uint64_t *s, uint64_t *l)
 {
-	uint64_t page_mask = ((uint64_t)1 << c->page_shift) - 1;
+	const struct mrmgr__core_view *v = mrmgr__core_view(c);
+	uint64_t page_mask = ((uint64_t)1 << v->page_shift) - 1;
+	uint64_t pinned = mrmgr__core_pinned_bytes(c);
 	uint64_t span = *l - *s + 1, want, lo, hi;
 
 	/*
@@ -74,7 +76,7 @@ void mrmgr__headroom_widen(struct mrmgr_cache *c, uint64_t os, uint64_t ol,
 	 * bounds below (the mapping, the next region, the byte limit) keep
 	 * it from reaching memory the program mapped apart or other buffers.
 	 */
-	if ((c->cfg.flags & MRMGR_CACHE_NO_HEADROOM) || span > UINT64_MAX / 2)
+	if ((v->cfg_flags & MRMGR_CACHE_NO_HEADROOM) || span > UINT64_MAX / 2)
 		return;
 	/*
 	 * Headroom registers memory the program did not ask for: only where
@@ -85,16 +87,16 @@ void mrmgr__headroom_widen(struct mrmgr_cache *c, uint64_t os, uint64_t ol,
 		return;
 	want = span;
 	/* What fits as things stand, counting the whole span as new. */
-	if (c->pinned_bytes >= c->cfg.max_bytes ||
-	    span >= c->cfg.max_bytes - c->pinned_bytes)
+	if (pinned >= v->max_bytes ||
+	    span >= v->max_bytes - pinned)
 		return;
-	if (want > c->cfg.max_bytes - c->pinned_bytes - span)
-		want = (c->cfg.max_bytes - c->pinned_bytes - span) & ~page_mask;
-	if (c->caps.max_mr_size) {
-		if (span >= c->caps.max_mr_size)
+	if (want > v->max_bytes - pinned - span)
+		want = (v->max_bytes - pinned - span) & ~page_mask;
+	if (v->caps->max_mr_size) {
+		if (span >= v->caps->max_mr_size)
 			return;
-		if (want > c->caps.max_mr_size - span)
-			want = (c->caps.max_mr_size - span) & ~page_mask;
+		if (want > v->caps->max_mr_size - span)
+			want = (v->caps->max_mr_size - span) & ~page_mask;
 	}
 	if (!want)
 		return;
@@ -102,35 +104,34 @@ void mrmgr__headroom_widen(struct mrmgr_cache *c, uint64_t os, uint64_t ol,
 	if (*l > ol) {
 		/* Grew upward: more above. */
 		uint64_t end = *l + want < *l ? UINT64_MAX : *l + want;
-		struct mrmgr__itree_node *n;
+		struct mrmgr_region *n;
 
 		if (mapping_of(*l, &lo, &hi))
 			return;
 		if (end > hi - 1)
 			end = hi - 1;
-		n = mrmgr__itree_first_overlap(&c->tree, *l + 1, end);
+		n = mrmgr__core_first_overlap(c, *l + 1, end);
 		if (n)
-			end = n->start - 1;
+			end = mrmgr__rgn_start(n) - 1;
 		if (end <= *l)
 			return;
-		c->st.headroom_bytes += end - *l;
+		mrmgr__core_count(c, headroom_bytes, end - *l);
 		*l = end;
 	} else if (*s < os) {
 		/* Grew downward: more below. */
 		uint64_t begin = *s > want ? *s - want : 0;
+		struct mrmgr_region *n;
 
 		if (mapping_of(*s, &lo, &hi))
 			return;
 		if (begin < lo)
 			begin = lo;
-		for (struct mrmgr__itree_node *n =
-			     mrmgr__itree_first_overlap(&c->tree, begin, *s - 1);
-		     n; n = mrmgr__itree_next_overlap(n, begin, *s - 1))
-			if (n->last + 1 > begin)
-				begin = n->last + 1;
+		mrmgr__core_for_each_overlap(c, n, begin, *s - 1)
+			if (mrmgr__rgn_last(n) + 1 > begin)
+				begin = mrmgr__rgn_last(n) + 1;
 		if (begin >= *s)
 			return;
-		c->st.headroom_bytes += *s - begin;
+		mrmgr__core_count(c, headroom_bytes, *s - begin);
 		*s = begin;
 	}
 }

@@ -3,7 +3,7 @@
  *
  * A multi-PD cache is an ordinary cache (its tree, LRU, limits, locking
  * and hit path are the core's) whose regions carry a table of MRs, one
- * slot per PD the cache serves (r->share->pd_mrs). The first get of a
+ * slot per PD the cache serves (its share state's pd_mrs). The first get of a
  * range registers it in the PD that asked, through the cache's own miss
  * path, told which PD to register in (mrmgr__core_get_pd_locked(): the
  * cache's own PD never changes); gets from other PDs find the region by
@@ -14,8 +14,8 @@
  *
  * A feature (mrmgr__ext_multipd, ext.h) that only caches of several PDs
  * carry: mrmgr_cache_create() with MRMGR_CACHE_ATTR_PDS hands the core a
- * feature list with it (features.c). A cache of one PD keeps r->mr as its
- * only MR and pays nothing for this file.
+ * feature list with it (features.c). A cache of one PD keeps the region's
+ * MR as its only MR and pays nothing for this file.
  *
  * Why the hit path stays lock-free: a region found by the core's try_hit (hit.h)
  * is referenced and live; its slot is read with an acquire load; a slot
@@ -39,22 +39,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
-#include "monitor.h"
+#include "core.h"
+#include "device.h"
+#include "ext.h"
+#include "ids.h"
 #include "log.h"
-#include "odp.h"
 #include "share.h"
 
 #define MAX_PDS 64
 
 int mrmgr__multi_pd_index(const struct mrmgr_cache *c, const struct ibv_pd *pd)
 {
-	const struct mrmgr__share_cache *sc = c->share;
+	const struct mrmgr__share_cache *sc = mrmgr__share_cache_of(c);
 
 	if (!pd)
 		return 0;
 	if (!sc || !sc->npds)
-		return pd == c->pd ? 0 : -1;
+		return pd == mrmgr__core_view(c)->pd ? 0 : -1;
 	for (size_t i = 0; i < sc->npds; i++)
 		if (sc->pds[i] == pd)
 			return (int)i;
@@ -63,43 +64,40 @@ int mrmgr__multi_pd_index(const struct mrmgr_cache *c, const struct ibv_pd *pd)
 
 struct ibv_mr *mrmgr__multi_mr(const struct mrmgr_region *r, size_t i)
 {
-	const struct mrmgr__share *sh = __atomic_load_n(&r->share, __ATOMIC_ACQUIRE);
+	const struct mrmgr__share *sh =
+		__atomic_load_n(mrmgr__share_slot(r), __ATOMIC_ACQUIRE);
 
 	if (!sh || !sh->pd_mrs)
-		return i == 0 ? r->mr : NULL;
+		return i == 0 ? mrmgr__rgn_mr(r) : NULL;
 	return __atomic_load_n(&sh->pd_mrs[i], __ATOMIC_ACQUIRE);
 }
 
 void mrmgr__share_region_new(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	struct mrmgr__share *sh = r->share; /* made by region_alloc */
+	struct mrmgr__share *sh = mrmgr__share_of(r); /* made by region_alloc */
 	/* The miss registered in the PD that asked. */
-	int i = mrmgr__multi_pd_index(c, r->mr->pd);
+	int i = mrmgr__multi_pd_index(c, mrmgr__rgn_mr(r)->pd);
 
-	r->flags |= MRMGR__REGION_SHARED;
-	__atomic_store_n(&sh->pd_mrs[i], r->mr, __ATOMIC_RELEASE);
+	mrmgr__rgn_set_flags(r, MRMGR__REGION_SHARED, 0);
+	__atomic_store_n(&sh->pd_mrs[i], mrmgr__rgn_mr(r), __ATOMIC_RELEASE);
 	sh->npd_mrs = 1;
 }
 
 void mrmgr__multi_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	struct mrmgr__share *sh = r->share;
-	uint64_t len = mrmgr__region_len(r);
+	struct mrmgr__share *sh = mrmgr__share_of(r);
+	uint64_t len = mrmgr__rgn_len(r);
 
-	for (size_t i = 0; sh->pd_mrs && i < c->share->npds; i++) {
+	for (size_t i = 0; sh->pd_mrs && i < mrmgr__share_cache_of(c)->npds; i++) {
 		struct ibv_mr *mr = sh->pd_mrs[i];
-		int ret;
 
 		if (!mr)
 			continue;
 		__atomic_store_n(&sh->pd_mrs[i], NULL, __ATOMIC_RELAXED);
-		if (mr == r->mr)
+		if (mr == mrmgr__rgn_mr(r))
 			continue; /* the core deregisters its own */
-		ret = mrmgr__core_dereg(c, mr, "a region's MR in another PD");
-		if (!ret)
-			c->st.deregistrations++;
-		mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len, -1);
-		c->st.share_pd_mrs--;
+		mrmgr__core_dereg_extra(c, mr, len, "a region's MR in another PD");
+		mrmgr__core_count(c, share_pd_mrs, -1);
 	}
 	sh->npd_mrs = 0;
 }
@@ -107,42 +105,25 @@ void mrmgr__multi_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 /* Register a referenced region in the cache's PD i as well. Lock held. */
 static int add_pd_mr(struct mrmgr_cache *c, struct mrmgr_region *r, int i)
 {
-	uint64_t start = mrmgr__region_start(r), len = mrmgr__region_len(r);
-	struct ibv_pd *pd = c->share->pds[i];
+	uint64_t start = mrmgr__rgn_start(r), len = mrmgr__rgn_len(r);
+	struct mrmgr__share *sh = mrmgr__share_of(r);
 	struct ibv_mr *mr = NULL;
 	int ret;
 
-	/* Room for one more MR; when everything is in use the MR is made
-	 * anyway (the region is held: there is nothing to hand out
-	 * uncached instead) and the device has the last word. */
-	(void)mrmgr__core_make_room(c, 1, len);
-	ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start, len,
-				(int)r->access, &mr);
-	if (ret == ENOMEM || ret == EAGAIN) {
-		c->st.evict_retries++;
-		mrmgr__core_evict_all_idle(c);
-		ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start,
-					len, (int)r->access, &mr);
-	}
-	mrmgr__dbg("reg [%#llx, +%llu) access %#x in PD %d: %s",
-		   (unsigned long long)start, (unsigned long long)len,
-		   r->access, i, ret ? strerror(ret) : "ok");
+	ret = mrmgr__core_reg_extra(c, mrmgr__share_cache_of(c)->pds[i], start,
+				    len, mrmgr__rgn_access(r), &mr);
 	if (ret) {
-		c->st.reg_failures++;
 		mrmgr__log(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
 							   : MRMGR_LOG_WARN,
 			   "registering [%#llx, +%llu) access %#x in PD %d: %s",
 			   (unsigned long long)start, (unsigned long long)len,
-			   r->access, i, strerror(ret));
+			   mrmgr__rgn_access(r), i, strerror(ret));
 		return ret;
 	}
-	c->st.registrations++;
-	c->st.pages_registered += len >> c->page_shift;
-	c->st.share_pd_registrations++;
-	c->st.share_pd_mrs++;
-	mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len, 1);
-	r->share->npd_mrs++;
-	__atomic_store_n(&r->share->pd_mrs[i], mr, __ATOMIC_RELEASE);
+	mrmgr__core_count(c, share_pd_registrations, 1);
+	mrmgr__core_count(c, share_pd_mrs, 1);
+	sh->npd_mrs++;
+	__atomic_store_n(&sh->pd_mrs[i], mr, __ATOMIC_RELEASE);
 	mrmgr__share_update_set(c, r);
 	return 0;
 }
@@ -160,19 +141,16 @@ int mrmgr__multi_get(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 			   (void *)pd);
 		return EINVAL;
 	}
-	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
-	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
-		r = mrmgr__core_try_hit(c, start, last, access, slot);
-		if (r && mrmgr__multi_mr(r, (size_t)i)) {
-			*out = r;
-			return 0;
-		}
+	r = mrmgr__core_try_hit(c, start, last, access, slot);
+	if (r && mrmgr__multi_mr(r, (size_t)i)) {
+		*out = r;
+		return 0;
 	}
 	mrmgr__core_lock(c);
 	if (!r) /* the miss registers in the PD that asked */
-		ret = mrmgr__core_get_pd_locked(c, c->share->pds[i], start, last,
-						access, slot, 0, &r);
-	if (!ret && !r->share->pd_mrs[i]) {
+		ret = mrmgr__core_get_pd_locked(c, mrmgr__share_cache_of(c)->pds[i],
+						start, last, access, slot, 0, &r);
+	if (!ret && !mrmgr__share_of(r)->pd_mrs[i]) {
 		ret = add_pd_mr(c, r, i);
 		if (ret)
 			mrmgr__core_unref_locked(c, r, slot);
@@ -206,6 +184,7 @@ static int multipd_get(struct mrmgr_cache *c, struct ibv_pd *pd,
  */
 const struct mrmgr__ext mrmgr__ext_multipd = {
 	.name = "multipd",
+	.id = MRMGR__EXT_ID_MULTIPD,
 	.region_alloc = multipd_region_alloc,
 	.region_added = mrmgr__share_region_new,
 	.get = multipd_get,
@@ -265,48 +244,22 @@ int mrmgr__multi_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 	memcpy(sc->pds, pds, npds * sizeof(*pds));
 	sc->npds = npds;
 
-	/* The core makes the cache over the first PD; the others are ours. */
+	/* The core makes the cache over the first PD; the others are ours.
+	 * One implicit MR, one PD: ODP views cannot serve several PDs, and
+	 * prefetch works on one PD. Pinned it is, decided before the cache
+	 * is built. */
 	one.comp_mask &= ~(uint64_t)MRMGR_CACHE_ATTR_PDS;
-	ret = mrmgr__cache_create(pds[0], &one, exts, &c);
+	ret = mrmgr__cache_create_ex(pds[0], &one, exts, MRMGR__CREATE_PINNED,
+				     "multi-PD caches register pinned memory "
+				     "(ODP views serve one PD)", &c);
 	if (ret) {
 		free(sc->pds);
 		free(sc);
 		return ret;
 	}
-	if (c->odp->mode != MRMGR_ODP_OFF) {
-		int strict = (c->cfg.odp_flags & MRMGR_ODP_STRICT) &&
-			     c->cfg.odp_mode != MRMGR_ODP_AUTO;
-
-		/* One implicit MR, one PD: ODP views cannot serve several
-		 * PDs, and prefetch works on one PD. Pinned it is. */
-		mrmgr__odp_fini(c);
-		c->cfg.odp_mode = MRMGR_ODP_OFF;
-		c->cfg.odp_flags &= ~(uint32_t)MRMGR_ODP_AUTO_PREFETCH;
-		c->flags &= ~MRMGR__CACHE_AUTO_PREFETCH;
-		if (strict) {
-			mrmgr__err("mrmgr_cache_create: ODP was asked "
-				   "with MRMGR_ODP_STRICT, but multi-PD caches "
-				   "register pinned memory");
-			mrmgr_cache_destroy(c);
-			free(sc->pds);
-			free(sc);
-			return EOPNOTSUPP;
-		}
-		ret = mrmgr__odp_init(c);
-		if (!ret)
-			mrmgr__info("multi-PD cache: ODP off, pinned "
-				    "registrations (ODP views serve one PD)");
-	}
-	if (ret) {
-		mrmgr_cache_destroy(c);
-		free(sc->pds);
-		free(sc);
-		return ret;
-	}
-	mrmgr__core_lock(c);
-	c->share = sc;
-	c->flags |= MRMGR__CACHE_MULTI_PD;
-	mrmgr__core_unlock(c);
+	/* Not handed out yet: nobody else sees the cache. */
+	*mrmgr__share_cache_slot(c) = sc;
+	mrmgr__core_init_flags(c, MRMGR__CACHE_MULTI_PD, 0);
 	mrmgr__info("multi-PD cache over %zu PDs", npds);
 	*cache = c;
 	return 0;
@@ -315,12 +268,17 @@ int mrmgr__multi_create(struct ibv_pd *pd, const struct mrmgr_cache_attr *attr,
 MRMGR_EXPORT struct ibv_mr *mrmgr_region_mr_pd(const mrmgr_region_t *region,
 					       const struct ibv_pd *pd)
 {
+	const struct mrmgr_cache *c;
 	int i;
 
 	if (!region || !pd)
 		return NULL;
-	if (!(region->cache->flags & MRMGR__CACHE_MULTI_PD))
-		return region->mr && region->mr->pd == pd ? region->mr : NULL;
-	i = mrmgr__multi_pd_index(region->cache, pd);
+	c = mrmgr__rgn_cache(region);
+	if (!(mrmgr__core_flags(c) & MRMGR__CACHE_MULTI_PD)) {
+		struct ibv_mr *mr = mrmgr__rgn_mr(region);
+
+		return mr && mr->pd == pd ? mr : NULL;
+	}
+	i = mrmgr__multi_pd_index(c, pd);
 	return i < 0 ? NULL : mrmgr__multi_mr(region, (size_t)i);
 }

@@ -39,7 +39,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
+#include "core.h"
+#include "device.h"
+#include "ext.h"
+#include "ids.h"
 #include "log.h"
 #include "odp.h"
 #include "vma.h"
@@ -131,7 +134,8 @@ static int unsupported_errno(int e)
 /* Register the implicit MR. 0 or the device's errno. */
 static int implicit_register(struct mrmgr_cache *c)
 {
-	struct mrmgr__odp *o = c->odp;
+	const struct mrmgr__core_view *cv = mrmgr__core_view(c);
+	struct mrmgr__odp *o = mrmgr__odp_of(c);
 	unsigned int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 			      IBV_ACCESS_REMOTE_READ;
 	struct ibv_mr *mr = NULL;
@@ -140,13 +144,13 @@ static int implicit_register(struct mrmgr_cache *c)
 	/* Atomics only when the caller asked for them to work on ODP. */
 	if (o->ops & IBV_ODP_SUPPORT_ATOMIC)
 		access |= IBV_ACCESS_REMOTE_ATOMIC;
-	ret = mrmgr__dev_reg_mr(c->ops, c->pd, NULL, SIZE_MAX,
+	ret = mrmgr__dev_reg_mr(cv->ops, cv->pd, NULL, SIZE_MAX,
 			    (int)(access | IBV_ACCESS_ON_DEMAND), &mr);
 	if (ret) {
-		c->st.reg_failures++;
+		mrmgr__core_count(c, reg_failures, 1);
 		return ret;
 	}
-	c->st.registrations++;
+	mrmgr__core_count(c, registrations, 1);
 	o->implicit_mr = mr;
 	o->implicit_access = access;
 	return 0;
@@ -157,26 +161,21 @@ static int quirk_said, override_said;
 
 int mrmgr__odp_init(struct mrmgr_cache *c)
 {
-	struct mrmgr__odp *o = c->odp;
-	const struct mrmgr__dev_caps *caps = &c->caps;
-	uint32_t req = c->cfg.odp_mode;
+	struct mrmgr__odp *o = mrmgr__odp_of(c);
+	const struct mrmgr__core_view *v = mrmgr__core_view(c);
+	const struct mrmgr__dev_caps *caps = v->caps;
+	uint32_t req = v->odp_mode;
 	char why[128] = "";
 	uint32_t blocker;
 	int strict, ret;
 
-	if (!o) {
-		o = c->odp = malloc(sizeof(*o));
-		if (!o)
-			return ENOMEM;
-	}
 	memset(o, 0, sizeof(*o));
-	c->reg_access = 0;
-	c->unpinned = 0;
+	mrmgr__core_init_reg(c, 0, 0);
 	o->requested = req;
-	o->flags = c->cfg.odp_flags;
-	o->transports = c->cfg.odp_transports ? c->cfg.odp_transports
-					      : MRMGR_ODP_TRANSPORT_RC;
-	o->ops = c->cfg.odp_ops ? c->cfg.odp_ops : DEFAULT_OPS;
+	o->flags = v->odp_flags;
+	o->transports = v->odp_transports ? v->odp_transports
+					  : MRMGR_ODP_TRANSPORT_RC;
+	o->ops = v->odp_ops ? v->odp_ops : DEFAULT_OPS;
 	strict = (o->flags & MRMGR_ODP_STRICT) && req != MRMGR_ODP_AUTO;
 
 	if (req == MRMGR_ODP_OFF) {
@@ -231,14 +230,16 @@ int mrmgr__odp_init(struct mrmgr_cache *c)
 			     "ODP off (asked %s): %s; pinned registrations",
 			     mode_names[req], why);
 decided:
+	/* Off: nothing to plan or count for any miss or region. */
+	if (o->mode == MRMGR_ODP_OFF)
+		mrmgr__core_init_idle(c, &mrmgr__ext_odp);
 	if (o->mode != MRMGR_ODP_OFF) {
 		o->reg_access = IBV_ACCESS_ON_DEMAND;
 		/* The core ORs it into every registration; ODP regions pin
 		 * nothing, so max_bytes bounds no merge. */
-		c->reg_access = o->reg_access;
-		c->unpinned = 1;
+		mrmgr__core_init_reg(c, o->reg_access, 1);
 		if (o->flags & MRMGR_ODP_AUTO_PREFETCH)
-			c->flags |= MRMGR__CACHE_AUTO_PREFETCH;
+			mrmgr__core_init_flags(c, MRMGR__CACHE_AUTO_PREFETCH, 0);
 	}
 	/* An explicit request that was not met deserves a warning; so does
 	 * a device quirk, once per process (then info lines). */
@@ -261,14 +262,14 @@ decided:
 
 void mrmgr__odp_fini(struct mrmgr_cache *c)
 {
-	struct mrmgr__odp *o = c->odp;
+	struct mrmgr__odp *o = mrmgr__odp_of(c);
 	int ret;
 
 	if (!o || !o->implicit_mr)
 		return;
 	ret = mrmgr__core_dereg(c, o->implicit_mr, "the implicit ODP MR");
 	if (!ret)
-		c->st.deregistrations++;
+		mrmgr__core_count(c, deregistrations, 1);
 	o->implicit_mr = NULL;
 }
 
@@ -306,8 +307,8 @@ int mrmgr__odp_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	if (ret && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
 		mrmgr__warn("cannot read /proc/self/maps (%s): ODP regions are "
 			    "made without checking protections", strerror(ret));
-	*kind = c->odp->mode == MRMGR_ODP_IMPLICIT &&
-				!(*racc & ~c->odp->implicit_access)
+	*kind = mrmgr__odp_of(c)->mode == MRMGR_ODP_IMPLICIT &&
+				!(*racc & ~mrmgr__odp_of(c)->implicit_access)
 			? MRMGR__REGION_VIEW
 			: MRMGR__REGION_ODP;
 	return 0;
@@ -317,21 +318,21 @@ int mrmgr__odp_miss(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 
 void mrmgr__odp_region_added(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	if (r->kind == MRMGR__REGION_VIEW)
-		c->st.implicit_views++;
+	if (mrmgr__rgn_kind(r) == MRMGR__REGION_VIEW)
+		mrmgr__core_count(c, implicit_views, 1);
 	else
-		c->st.odp_bytes += mrmgr__region_len(r);
+		mrmgr__core_count(c, odp_bytes, mrmgr__rgn_len(r));
 }
 
 void mrmgr__odp_region_gone(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	if (r->kind == MRMGR__REGION_ODP)
-		c->st.odp_bytes -= mrmgr__region_len(r);
+	if (mrmgr__rgn_kind(r) == MRMGR__REGION_ODP)
+		mrmgr__core_count(c, odp_bytes, -(int64_t)(mrmgr__rgn_len(r)));
 }
 
 void mrmgr__odp_stats(struct mrmgr_cache *c, struct mrmgr_stats *s)
 {
-	const struct mrmgr__prefetch_stats *p = &c->odp->pst;
+	const struct mrmgr__prefetch_stats *p = &mrmgr__odp_of(c)->pst;
 
 	s->prefetch_calls = __atomic_load_n(&p->calls, __ATOMIC_RELAXED);
 	s->prefetch_sges = __atomic_load_n(&p->sges, __ATOMIC_RELAXED);
@@ -344,6 +345,7 @@ void mrmgr__odp_stats(struct mrmgr_cache *c, struct mrmgr_stats *s)
 MRMGR_EXPORT int mrmgr_cache_query_odp(mrmgr_cache_t *c,
 				       struct mrmgr_odp_info *info, size_t size)
 {
+	const struct mrmgr__core_view *cv;
 	struct mrmgr_odp_info i;
 	const struct mrmgr__odp *o;
 
@@ -353,7 +355,8 @@ MRMGR_EXPORT int mrmgr_cache_query_odp(mrmgr_cache_t *c,
 		return EINVAL;
 	}
 	/* Set at creation and never changed: no lock needed. */
-	o = c->odp;
+	cv = mrmgr__core_view(c);
+	o = mrmgr__odp_of(c);
 	memset(&i, 0, sizeof(i));
 	i.requested_mode = o->requested;
 	i.mode = o->mode;
@@ -361,21 +364,21 @@ MRMGR_EXPORT int mrmgr_cache_query_odp(mrmgr_cache_t *c,
 	i.flags = o->flags;
 	i.transports = o->transports;
 	i.ops = o->ops;
-	i.general_caps = c->caps.odp_general;
-	i.rc_caps = c->caps.odp_rc;
-	i.uc_caps = c->caps.odp_uc;
-	i.ud_caps = c->caps.odp_ud;
-	i.xrc_caps = c->caps.odp_xrc;
-	i.max_sge = c->caps.max_sge;
+	i.general_caps = cv->caps->odp_general;
+	i.rc_caps = cv->caps->odp_rc;
+	i.uc_caps = cv->caps->odp_uc;
+	i.ud_caps = cv->caps->odp_ud;
+	i.xrc_caps = cv->caps->odp_xrc;
+	i.max_sge = cv->caps->max_sge;
 	if (o->implicit_mr) {
 		i.implicit_access = o->implicit_access;
 		i.implicit_lkey = o->implicit_mr->lkey;
 		i.implicit_rkey = o->implicit_mr->rkey;
 	}
 	snprintf(i.reason_text, sizeof(i.reason_text), "%s", o->reason_text);
-	if (c->caps.quirks & MRMGR__QUIRK_ODP_PAGE_OFFSET)
+	if (cv->caps->quirks & MRMGR__QUIRK_ODP_PAGE_OFFSET)
 		i.device_quirks |= MRMGR_ODP_QUIRK_PAGE_OFFSET;
-	if (c->caps.quirks & MRMGR__QUIRK_OVERRIDDEN)
+	if (cv->caps->quirks & MRMGR__QUIRK_OVERRIDDEN)
 		i.device_quirks |= MRMGR_ODP_QUIRK_PAGE_OFFSET | MRMGR_ODP_QUIRK_OVERRIDDEN;
 	memcpy(info, &i, size < sizeof(i) ? size : sizeof(i));
 	return 0;
@@ -389,44 +392,39 @@ static int odp_plan_miss(struct mrmgr_cache *c, struct mrmgr__miss *m,
 	int ret;
 
 	(void)out;
-	if (c->odp->mode == MRMGR_ODP_OFF)
+	if (mrmgr__odp_of(c)->mode == MRMGR_ODP_OFF)
 		return MRMGR__PLAN_GO_ON;
 	ret = mrmgr__odp_miss(c, m->start, m->last, m->access, &m->rs, &m->rl,
 			      &m->racc, &m->merged, &m->kind);
 	if (ret) {
-		c->st.reg_failures++;
+		mrmgr__core_count(c, reg_failures, 1);
 		return ret;
 	}
 	if (m->kind == MRMGR__REGION_VIEW)
-		m->view_mr = c->odp->implicit_mr;
+		m->view_mr = mrmgr__odp_of(c)->implicit_mr;
 	return MRMGR__PLAN_GO_ON;
 }
 
 static void odp_region_added(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	if (r->kind != MRMGR__REGION_PINNED)
+	if (mrmgr__rgn_kind(r) != MRMGR__REGION_PINNED)
 		mrmgr__odp_region_added(c, r);
-}
-
-static void odp_free(struct mrmgr_cache *c)
-{
-	free(c->odp);
-	c->odp = NULL;
 }
 
 static void odp_after_get(struct mrmgr_cache *c, struct mrmgr_region *r,
 			  void *addr, size_t length, unsigned int access,
 			  uint64_t get_flags)
 {
-	if (mrmgr__odp_want_hint(c->flags, get_flags))
+	if (mrmgr__odp_want_hint(mrmgr__core_flags(c), get_flags))
 		mrmgr__odp_get_hint(r, addr, length, access);
 }
 
 const struct mrmgr__ext mrmgr__ext_odp = {
 	.name = "odp",
+	.id = MRMGR__EXT_ID_ODP,
+	.priv_size = sizeof(struct mrmgr__odp),
 	.init = mrmgr__odp_init,
 	.fini = mrmgr__odp_fini,
-	.free = odp_free,
 	.plan_miss = odp_plan_miss,
 	.region_added = odp_region_added,
 	.region_released = mrmgr__odp_region_gone,

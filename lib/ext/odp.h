@@ -24,6 +24,7 @@
 
 #include <mrmgr/mrmgr.h>
 
+#include "core.h"
 #include "ext.h"
 
 struct mrmgr_cache;
@@ -63,6 +64,13 @@ struct mrmgr__odp {
 	uint32_t unsupported;
 	struct mrmgr__prefetch_stats pst;
 };
+
+/* The feature's state (core.h): its struct mrmgr__odp, made by the core
+ * with the cache, set at creation and never changed after it. */
+static inline struct mrmgr__odp *mrmgr__odp_of(const struct mrmgr_cache *c)
+{
+	return mrmgr__core_priv(c, &mrmgr__ext_odp);
+}
 
 /* Decide the mode and register the implicit MR. 0 or a positive errno. */
 int mrmgr__odp_init(struct mrmgr_cache *c);

@@ -32,7 +32,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache.h"
+#include "compiler.h"
+#include "core.h"
+#include "device.h"
+#include "ext.h"
 #include "log.h"
 #include "odp.h"
 #include "prefetch.h"
@@ -106,7 +109,7 @@ static const char *advice_name(enum ibv_advise_mr_advice advice)
 static int advice_unsupported(struct mrmgr_cache *c,
 			      enum ibv_advise_mr_advice advice)
 {
-	return (__atomic_load_n(&c->odp->unsupported, __ATOMIC_RELAXED) >>
+	return (__atomic_load_n(&mrmgr__odp_of(c)->unsupported, __ATOMIC_RELAXED) >>
 		advice) & 1;
 }
 
@@ -115,17 +118,18 @@ static int advice_unsupported(struct mrmgr_cache *c,
 static void learn_unsupported(struct mrmgr_cache *c,
 			      enum ibv_advise_mr_advice advice, int err)
 {
+	const struct mrmgr__core_view *cv = mrmgr__core_view(c);
 	uint32_t bits = mrmgr__dev_unsupported(err) == MRMGR__UNSUP_VERB ||
-				!c->ops->advise_mr
+				!cv->ops->advise_mr
 			? ~UINT32_C(0)
 			: UINT32_C(1) << advice;
-	uint32_t old = __atomic_fetch_or(&c->odp->unsupported, bits,
+	uint32_t old = __atomic_fetch_or(&mrmgr__odp_of(c)->unsupported, bits,
 					 __ATOMIC_RELAXED);
 
 	if ((old & bits) != bits)
 		mrmgr__info("%s does not support ibv_advise_mr(%s) (%s): "
 			    "prefetch hints are counted no-ops from now on",
-			    c->caps.name, advice_name(advice),
+			    cv->caps->name, advice_name(advice),
 			    err ? strerror(err) : "no advise in the backend");
 }
 
@@ -144,10 +148,11 @@ static int send_batches(struct mrmgr_cache *c, enum ibv_advise_mr_advice advice,
 			uint32_t flags, const struct mrmgr__sge_list *l,
 			enum mrmgr_log_level level, int *noop)
 {
-	uint32_t max = c->caps.max_sge ? c->caps.max_sge : 1;
+	const struct mrmgr__core_view *cv = mrmgr__core_view(c);
+	uint32_t max = cv->caps->max_sge ? cv->caps->max_sge : 1;
 
 	*noop = 0;
-	if (!c->ops->advise_mr) {
+	if (!cv->ops->advise_mr) {
 		learn_unsupported(c, advice, 0);
 		*noop = 1;
 		return 0;
@@ -156,13 +161,13 @@ static int send_batches(struct mrmgr_cache *c, enum ibv_advise_mr_advice advice,
 		uint32_t b = l->n - i < max ? (uint32_t)(l->n - i) : max;
 		int ret;
 
-		count(&c->odp->pst.batches, 1);
+		count(&mrmgr__odp_of(c)->pst.batches, 1);
 		for (int attempt = 0;; attempt++) {
-			ret = mrmgr__dev_advise_mr(c->ops, c->pd, advice, flags,
+			ret = mrmgr__dev_advise_mr(cv->ops, cv->pd, advice, flags,
 						   l->v + i, b);
 			if (ret != EAGAIN || attempt == EAGAIN_RETRIES)
 				break;
-			count(&c->odp->pst.retries, 1);
+			count(&mrmgr__odp_of(c)->pst.retries, 1);
 			pause_before_retry(attempt);
 		}
 		if (mrmgr__dev_unsupported(ret)) {
@@ -176,11 +181,11 @@ static int send_batches(struct mrmgr_cache *c, enum ibv_advise_mr_advice advice,
 				   advice_name(advice),
 				   flags & IBV_ADVISE_MR_FLAG_FLUSH ? ", FLUSH" : "",
 				   b, (unsigned long long)l->v[i].addr,
-				   l->v[i].length, l->v[i].lkey, c->caps.name,
+				   l->v[i].length, l->v[i].lkey, cv->caps->name,
 				   strerror(ret));
 			return ret;
 		}
-		count(&c->odp->pst.sges, b);
+		count(&mrmgr__odp_of(c)->pst.sges, b);
 		i += b;
 	}
 	return 0;
@@ -198,9 +203,9 @@ static int finish(struct mrmgr_cache *c, enum ibv_advise_mr_advice advice,
 	else
 		ret = send_batches(c, advice, flags, l, level, &noop);
 	if (ret)
-		count(&c->odp->pst.failures, 1);
+		count(&mrmgr__odp_of(c)->pst.failures, 1);
 	else if (noop)
-		count(&c->odp->pst.noops, 1);
+		count(&mrmgr__odp_of(c)->pst.noops, 1);
 	return ret;
 }
 
@@ -298,11 +303,12 @@ static int collect_implicit(struct mrmgr_cache *c,
 			    enum ibv_advise_mr_advice advice,
 			    struct mrmgr__sge_list *l)
 {
+	const struct mrmgr__core_view *cv = mrmgr__core_view(c);
 	/* The implicit MR covers every range and lives as long as the
 	 * cache: nothing to look up, nothing to hold. */
-	uint32_t lkey = c->odp->implicit_mr->lkey;
+	uint32_t lkey = mrmgr__odp_of(c)->implicit_mr->lkey;
 	struct budget b = {
-		c->caps.max_mr_size ? c->caps.max_mr_size : UINT64_C(1) << 40,
+		cv->caps->max_mr_size ? cv->caps->max_mr_size : UINT64_C(1) << 40,
 		0, advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE
 	};
 	int ret = 0;
@@ -316,9 +322,9 @@ static int collect_implicit(struct mrmgr_cache *c,
 	if (b.clipped)
 		mrmgr__dbg("mrmgr_prefetch: a hint past %s's limits (%llu "
 			   "bytes, %u SGEs) is cut after range %zu of %zu",
-			   c->caps.name,
-			   (unsigned long long)(c->caps.max_mr_size ?
-				c->caps.max_mr_size : UINT64_C(1) << 40),
+			   cv->caps->name,
+			   (unsigned long long)(cv->caps->max_mr_size ?
+				cv->caps->max_mr_size : UINT64_C(1) << 40),
 			   MRMGR__PREFETCH_MAX_SGES, i, n);
 	return ret;
 }
@@ -346,7 +352,7 @@ static int hold(struct held *h, struct mrmgr_region *r, unsigned int slot)
 	}
 	/* Under the lock a region in the tree is live: the reference
 	 * keeps it registered until our put, whatever happens meanwhile. */
-	mrmgr__ref_take(r, slot);
+	mrmgr__rgn_ref(r, slot);
 	h->v[h->n++] = r;
 	return 0;
 }
@@ -360,7 +366,7 @@ static int collect_explicit(struct mrmgr_cache *c,
 			    struct mrmgr__sge_list *l, struct held *h,
 			    int *writable)
 {
-	unsigned int slot = mrmgr__thread_slot() & (c->nstripes - 1);
+	unsigned int slot = mrmgr__core_slot(c);
 	int ret = 0;
 
 	*writable = 1;
@@ -370,20 +376,18 @@ static int collect_explicit(struct mrmgr_cache *c,
 		uint64_t last = s + (ranges[i].length - 1), next = s;
 
 		/* In start order; overlapping regions give each byte once. */
-		for (struct mrmgr__itree_node *nd =
-			     mrmgr__itree_first_overlap(&c->tree, s, last);
-		     nd && !ret; nd = mrmgr__itree_next_overlap(nd, s, last)) {
-			struct mrmgr_region *r =
-				mrmgr__container_of(nd, struct mrmgr_region, node);
-			uint64_t a = nd->start > next ? nd->start : next;
-			uint64_t e = nd->last < last ? nd->last : last;
+		for (struct mrmgr_region *r = mrmgr__core_first_overlap(c, s, last);
+		     r && !ret; r = mrmgr__core_next_overlap(r, s, last)) {
+			uint64_t rs = mrmgr__rgn_start(r), rl = mrmgr__rgn_last(r);
+			uint64_t a = rs > next ? rs : next;
+			uint64_t e = rl < last ? rl : last;
 
-			if (r->kind == MRMGR__REGION_PINNED || a > e)
+			if (mrmgr__rgn_kind(r) == MRMGR__REGION_PINNED || a > e)
 				continue;
 			ret = hold(h, r, slot);
 			if (!ret)
-				ret = mrmgr__sge_push(l, a, e - a + 1, r->mr->lkey);
-			if (!(r->access & IBV_ACCESS_LOCAL_WRITE))
+				ret = mrmgr__sge_push(l, a, e - a + 1, mrmgr__rgn_mr(r)->lkey);
+			if (!(mrmgr__rgn_access(r) & IBV_ACCESS_LOCAL_WRITE))
 				*writable = 0;
 			if (e == last)
 				break;
@@ -422,19 +426,19 @@ MRMGR_EXPORT int mrmgr_prefetch(mrmgr_cache_t *c,
 	if (ret)
 		return ret;
 
-	count(&c->odp->pst.calls, 1);
+	count(&mrmgr__odp_of(c)->pst.calls, 1);
 	mrmgr__sge_init(&l);
-	if (c->odp->mode == MRMGR_ODP_IMPLICIT) {
-		writable = !!(c->odp->implicit_access & IBV_ACCESS_LOCAL_WRITE);
+	if (mrmgr__odp_of(c)->mode == MRMGR_ODP_IMPLICIT) {
+		writable = !!(mrmgr__odp_of(c)->implicit_access & IBV_ACCESS_LOCAL_WRITE);
 		ret = collect_implicit(c, ranges, n, choose(flags, writable), &l);
-	} else if (c->odp->mode == MRMGR_ODP_EXPLICIT) {
+	} else if (mrmgr__odp_of(c)->mode == MRMGR_ODP_EXPLICIT) {
 		ret = collect_explicit(c, ranges, n, &l, &h, &writable);
 	}
 	if (!ret)
 		ret = finish(c, choose(flags, writable), advise_flags(flags), &l,
 			     MRMGR_LOG_ERROR);
 	else
-		count(&c->odp->pst.failures, 1);
+		count(&mrmgr__odp_of(c)->pst.failures, 1);
 	release(&h);
 	mrmgr__sge_fini(&l);
 	return ret;
@@ -452,10 +456,10 @@ MRMGR_EXPORT int mrmgr_region_prefetch(mrmgr_region_t *r, void *addr,
 		mrmgr__err("mrmgr_region_prefetch: NULL region");
 		return EINVAL;
 	}
-	c = r->cache;
+	c = mrmgr__rgn_cache(r);
 	/* Region memory outlives a release (region.h): a region put for the
 	 * last time (or one put too many) reads as FREE, with no MR. */
-	if (mrmgr__region_state(r) == MRMGR__REGION_FREE || !r->mr) {
+	if (mrmgr__rgn_state(r) == MRMGR__REGION_FREE || !mrmgr__rgn_mr(r)) {
 		mrmgr__err("mrmgr_region_prefetch: region %p is not held (put "
 			   "already?)", (void *)r);
 		return EINVAL;
@@ -464,35 +468,36 @@ MRMGR_EXPORT int mrmgr_region_prefetch(mrmgr_region_t *r, void *addr,
 	if (ret)
 		return ret;
 	if (!addr && !length) {
-		a = mrmgr__region_start(r);
-		last = r->node.last;
+		a = mrmgr__rgn_start(r);
+		last = mrmgr__rgn_last(r);
 	} else {
 		ret = check_range("mrmgr_region_prefetch", addr, length);
 		if (ret)
 			return ret;
 		a = (uintptr_t)addr;
 		last = a + (length - 1);
-		if (a < mrmgr__region_start(r) || last > r->node.last) {
+		if (a < mrmgr__rgn_start(r) || last > mrmgr__rgn_last(r)) {
 			mrmgr__err("mrmgr_region_prefetch: %p + %zu is outside "
 				   "the region [%#llx, +%llu)", addr, length,
-				   (unsigned long long)mrmgr__region_start(r),
-				   (unsigned long long)mrmgr__region_len(r));
+				   (unsigned long long)mrmgr__rgn_start(r),
+				   (unsigned long long)mrmgr__rgn_len(r));
 			return EINVAL;
 		}
 	}
 
-	count(&c->odp->pst.calls, 1);
-	if (r->kind == MRMGR__REGION_PINNED) {
-		count(&c->odp->pst.noops, 1);
+	count(&mrmgr__odp_of(c)->pst.calls, 1);
+	if (mrmgr__rgn_kind(r) == MRMGR__REGION_PINNED) {
+		count(&mrmgr__odp_of(c)->pst.noops, 1);
 		return 0;
 	}
 	mrmgr__sge_init(&l);
-	ret = mrmgr__sge_push(&l, a, last - a + 1, r->mr->lkey);
+	ret = mrmgr__sge_push(&l, a, last - a + 1, mrmgr__rgn_mr(r)->lkey);
 	if (!ret)
-		ret = finish(c, choose(flags, !!(r->access & IBV_ACCESS_LOCAL_WRITE)),
+		ret = finish(c, choose(flags, !!(mrmgr__rgn_access(r) &
+						 IBV_ACCESS_LOCAL_WRITE)),
 			     advise_flags(flags), &l, MRMGR_LOG_ERROR);
 	else
-		count(&c->odp->pst.failures, 1);
+		count(&mrmgr__odp_of(c)->pst.failures, 1);
 	mrmgr__sge_fini(&l);
 	return ret;
 }
@@ -500,16 +505,16 @@ MRMGR_EXPORT int mrmgr_region_prefetch(mrmgr_region_t *r, void *addr,
 void mrmgr__odp_get_hint(struct mrmgr_region *r, void *addr, size_t length,
 			 unsigned int access)
 {
-	struct mrmgr_cache *c = r->cache;
+	struct mrmgr_cache *c = mrmgr__rgn_cache(r);
 	struct mrmgr__sge_list l;
 
-	if (r->kind == MRMGR__REGION_PINNED)
+	if (mrmgr__rgn_kind(r) == MRMGR__REGION_PINNED)
 		return;
-	count(&c->odp->pst.calls, 1);
+	count(&mrmgr__odp_of(c)->pst.calls, 1);
 	mrmgr__sge_init(&l);
 	/* The region holds the request, and the caller holds the region. */
-	if (mrmgr__sge_push(&l, (uintptr_t)addr, length, r->mr->lkey))
-		count(&c->odp->pst.failures, 1);
+	if (mrmgr__sge_push(&l, (uintptr_t)addr, length, mrmgr__rgn_mr(r)->lkey))
+		count(&mrmgr__odp_of(c)->pst.failures, 1);
 	else
 		(void)finish(c, choose(0, !!(access & WRITE_ACCESS)), 0, &l,
 			     MRMGR_LOG_WARN);

@@ -35,7 +35,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cache.h"
+#include "core.h"
+#include "ext.h"
+#include "ids.h"
 #include "log.h"
 #include "share.h"
 
@@ -44,8 +46,9 @@
 
 int mrmgr__share_get(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	struct mrmgr__share *sh = r->share;
-	size_t npds = c->share ? c->share->npds : 0;
+	struct mrmgr__share *sh = mrmgr__share_of(r);
+	const struct mrmgr__share_cache *sc = mrmgr__share_cache_of(c);
+	size_t npds = sc ? sc->npds : 0;
 
 	if (!sh) {
 		sh = calloc(1, sizeof(*sh));
@@ -55,21 +58,26 @@ int mrmgr__share_get(struct mrmgr_cache *c, struct mrmgr_region *r)
 	if (npds && !sh->pd_mrs) {
 		sh->pd_mrs = calloc(npds, sizeof(*sh->pd_mrs));
 		if (!sh->pd_mrs) {
-			if (!r->share)
+			if (!mrmgr__share_of(r))
 				free(sh);
 			return ENOMEM;
 		}
 	}
-	/* Lock-free readers (accessors) load it with acquire. */
-	__atomic_store_n(&r->share, sh, __ATOMIC_RELEASE);
+	/* Lock-free readers (accessors) load it with acquire. It stays
+	 * while the cache lives: the region is deregistered under the lock
+	 * from now on (its release hook needs the state). */
+	__atomic_store_n(mrmgr__share_slot(r), sh, __ATOMIC_RELEASE);
+	mrmgr__rgn_release_locked(r);
 	return 0;
 }
 
 int mrmgr__share_cache_get(struct mrmgr_cache *c)
 {
-	if (!c->share) {
-		c->share = calloc(1, sizeof(*c->share));
-		if (!c->share)
+	struct mrmgr__share_cache **sc = mrmgr__share_cache_slot(c);
+
+	if (!*sc) {
+		*sc = calloc(1, sizeof(**sc));
+		if (!*sc)
 			return ENOMEM;
 	}
 	return 0;
@@ -77,15 +85,15 @@ int mrmgr__share_cache_get(struct mrmgr_cache *c)
 
 void mrmgr__share_update_set(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	struct mrmgr__share *sh = r->share;
+	struct mrmgr__share *sh = mrmgr__share_of(r);
 	int in = sh->npd_mrs >= 2 || sh->nexports > 0 || sh->naliases > 0;
 
 	if (in != sh->in_set) {
 		sh->in_set = in;
 		if (in)
-			c->st.share_sets++;
+			mrmgr__core_count(c, share_sets, 1);
 		else
-			c->st.share_sets--;
+			mrmgr__core_count(c, share_sets, -1);
 	}
 }
 
@@ -93,24 +101,25 @@ void mrmgr__share_pin(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	/* A reference like a get's, on this thread's stripe; dropped with
 	 * mrmgr__core_unref_locked() from any thread (stripes add up). */
-	mrmgr__ref_take(r, mrmgr__thread_slot() & (c->nstripes - 1));
-	r->flags |= MRMGR__REGION_SHARED;
+	mrmgr__rgn_ref(r, mrmgr__core_slot(c));
+	mrmgr__rgn_set_flags(r, MRMGR__REGION_SHARED, 0);
 	mrmgr__share_update_set(c, r);
 }
 
 void mrmgr__share_member_gone(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	const struct mrmgr__share *sh = r->share;
+	const struct mrmgr__share *sh = mrmgr__share_of(r);
 
 	/* A multi-PD region stays shared: its PDs' MRs are members too. */
-	if (!sh->nexports && !sh->naliases && !(c->flags & MRMGR__CACHE_MULTI_PD))
-		r->flags &= ~(unsigned int)MRMGR__REGION_SHARED;
+	if (!sh->nexports && !sh->naliases &&
+	    !(mrmgr__core_flags(c) & MRMGR__CACHE_MULTI_PD))
+		mrmgr__rgn_set_flags(r, 0, MRMGR__REGION_SHARED);
 	mrmgr__share_update_set(c, r);
 }
 
 void mrmgr__share_region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	struct mrmgr__share *sh = r->share;
+	struct mrmgr__share *sh = mrmgr__share_of(r);
 
 	/* Exports pin their region, so none can be left here. */
 	if (sh->pd_mrs)
@@ -121,19 +130,23 @@ void mrmgr__share_region_release(struct mrmgr_cache *c, struct mrmgr_region *r)
 
 void mrmgr__share_region_free(struct mrmgr_region *r)
 {
-	if (r->share) {
-		free(r->share->pd_mrs);
-		free(r->share);
-		r->share = NULL;
+	struct mrmgr__share *sh = mrmgr__share_of(r);
+
+	if (sh) {
+		free(sh->pd_mrs);
+		free(sh);
+		*mrmgr__share_slot(r) = NULL;
 	}
 }
 
 void mrmgr__share_cache_free(struct mrmgr_cache *c)
 {
-	if (c->share) {
-		free(c->share->pds);
-		free(c->share);
-		c->share = NULL;
+	struct mrmgr__share_cache **sc = mrmgr__share_cache_slot(c);
+
+	if (*sc) {
+		free((*sc)->pds);
+		free(*sc);
+		*sc = NULL;
 	}
 }
 
@@ -141,45 +154,47 @@ void mrmgr__share_invalidated(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	uint32_t importers = 0;
 
-	for (struct mrmgr_export *e = r->share->exports; e; e = e->next) {
+	for (struct mrmgr_export *e = mrmgr__share_of(r)->exports; e; e = e->next) {
 		if (__atomic_exchange_n(&e->revoked, 1, __ATOMIC_RELEASE))
 			continue;
 		importers += e->importers;
-		c->st.share_revocations++;
+		mrmgr__core_count(c, share_revocations, 1);
 	}
-	for (struct mrmgr_alias *a = r->share->aliases; a; a = a->next)
+	for (struct mrmgr_alias *a = mrmgr__share_of(r)->aliases; a; a = a->next)
 		if (!__atomic_exchange_n(&a->revoked, 1, __ATOMIC_RELEASE))
-			c->st.share_revocations++;
-	if (r->share->exports || r->share->aliases)
+			mrmgr__core_count(c, share_revocations, 1);
+	if (mrmgr__share_of(r)->exports || mrmgr__share_of(r)->aliases)
 		mrmgr__info("[%#llx, +%llu) invalidated while shared (%u "
 			    "exports, %u importers, %u aliases): revoked; it "
 			    "stays registered until they are released",
-			    (unsigned long long)mrmgr__region_start(r),
-			    (unsigned long long)mrmgr__region_len(r),
-			    r->share->nexports, importers, r->share->naliases);
+			    (unsigned long long)mrmgr__rgn_start(r),
+			    (unsigned long long)mrmgr__rgn_len(r),
+			    mrmgr__share_of(r)->nexports, importers, mrmgr__share_of(r)->naliases);
 }
 
 uint64_t mrmgr__share_force(struct mrmgr_cache *c)
 {
-	unsigned int slot = mrmgr__thread_slot() & (c->nstripes - 1);
+	unsigned int slot = mrmgr__core_slot(c);
 	uint64_t n = 0;
+	struct mrmgr_region *r;
+	size_t i;
 
-	for (size_t i = 0; i < c->nall; i++) {
-		struct mrmgr_region *r = c->all[i];
+	mrmgr__core_for_each_region(c, r, i) {
 		struct mrmgr_export *e;
 
-		while (r->share && (e = r->share->exports)) {
+		while (mrmgr__share_of(r) &&
+		       (e = mrmgr__share_of(r)->exports)) {
 			mrmgr__export_unlink(c, e);
 			if (!__atomic_exchange_n(&e->revoked, 1, __ATOMIC_RELEASE))
-				c->st.share_revocations++;
+				mrmgr__core_count(c, share_revocations, 1);
 			if (e->importers) {
-				c->st.share_forced++;
+				mrmgr__core_count(c, share_forced, 1);
 				mrmgr__warn("forced: export %llu of [%#llx, "
 					    "+%llu) deregistered with %u "
 					    "importers attached",
 					    (unsigned long long)e->desc.export_id,
-					    (unsigned long long)mrmgr__region_start(r),
-					    (unsigned long long)mrmgr__region_len(r),
+					    (unsigned long long)mrmgr__rgn_start(r),
+					    (unsigned long long)mrmgr__rgn_len(r),
 					    e->importers);
 			}
 			e->forced = 1;
@@ -189,14 +204,15 @@ uint64_t mrmgr__share_force(struct mrmgr_cache *c)
 			/* The pin: the region goes now if nothing else holds it. */
 			mrmgr__core_unref_locked(c, r, slot);
 		}
-		while (r->share && r->share->aliases) {
+		while (mrmgr__share_of(r) && mrmgr__share_of(r)->aliases) {
 			mrmgr__warn("forced: the alias at %p of [%#llx, +%llu) is "
-				    "deregistered", r->share->aliases->addr,
-				    (unsigned long long)mrmgr__region_start(r),
-				    (unsigned long long)mrmgr__region_len(r));
-			c->st.share_revocations++;
-			mrmgr__core_unref_locked(c, mrmgr__alias_force(c, r->share->aliases),
-						  slot);
+				    "deregistered", mrmgr__share_of(r)->aliases->addr,
+				    (unsigned long long)mrmgr__rgn_start(r),
+				    (unsigned long long)mrmgr__rgn_len(r));
+			mrmgr__core_count(c, share_revocations, 1);
+			mrmgr__core_unref_locked(
+				c, mrmgr__alias_force(c, mrmgr__share_of(r)->aliases),
+				slot);
 			n++;
 		}
 	}
@@ -206,14 +222,15 @@ uint64_t mrmgr__share_force(struct mrmgr_cache *c)
 void mrmgr__share_report_busy(struct mrmgr_cache *c)
 {
 	unsigned int lines = 0, more = 0;
+	struct mrmgr_region *r;
+	size_t i;
 
-	for (size_t i = 0; i < c->nall; i++) {
-		struct mrmgr_region *r = c->all[i];
-		int state = mrmgr__region_state(r);
+	mrmgr__core_for_each_region(c, r, i) {
+		int state = mrmgr__rgn_state(r);
 
-		if (!r->share || state == MRMGR__REGION_FREE)
+		if (!mrmgr__share_of(r) || state == MRMGR__REGION_FREE)
 			continue;
-		for (struct mrmgr_export *e = r->share->exports; e; e = e->next) {
+		for (struct mrmgr_export *e = mrmgr__share_of(r)->exports; e; e = e->next) {
 			if (lines++ >= 16) {
 				more++;
 				continue;
@@ -222,14 +239,14 @@ void mrmgr__share_report_busy(struct mrmgr_cache *c)
 				   "exported (export %llu%s, %u importers "
 				   "attached); release the export, or destroy "
 				   "with MRMGR_DESTROY_FORCE",
-				   (unsigned long long)mrmgr__region_start(r),
-				   (unsigned long long)mrmgr__region_len(r),
+				   (unsigned long long)mrmgr__rgn_start(r),
+				   (unsigned long long)mrmgr__rgn_len(r),
 				   (unsigned long long)e->desc.export_id,
 				   __atomic_load_n(&e->revoked, __ATOMIC_RELAXED)
 					   ? ", revoked" : "",
 				   e->importers);
 		}
-		for (struct mrmgr_alias *a = r->share->aliases; a; a = a->next) {
+		for (struct mrmgr_alias *a = mrmgr__share_of(r)->aliases; a; a = a->next) {
 			if (lines++ >= 16) {
 				more++;
 				continue;
@@ -237,21 +254,21 @@ void mrmgr__share_report_busy(struct mrmgr_cache *c)
 			mrmgr__err("mrmgr_cache_destroy: [%#llx, +%llu) has an "
 				   "alias at %p; destroy the alias, or destroy "
 				   "with MRMGR_DESTROY_FORCE",
-				   (unsigned long long)mrmgr__region_start(r),
-				   (unsigned long long)mrmgr__region_len(r), a->addr);
+				   (unsigned long long)mrmgr__rgn_start(r),
+				   (unsigned long long)mrmgr__rgn_len(r), a->addr);
 		}
-		if (r->share->npd_mrs >= 2 &&
-		    mrmgr__region_refs(r, c->nstripes) >
-			    (int64_t)(r->share->nexports + r->share->naliases)) {
+		if (mrmgr__share_of(r)->npd_mrs >= 2 &&
+		    mrmgr__rgn_refs(r) >
+			    (int64_t)(mrmgr__share_of(r)->nexports + mrmgr__share_of(r)->naliases)) {
 			if (lines++ >= 16) {
 				more++;
 				continue;
 			}
 			mrmgr__err("mrmgr_cache_destroy: [%#llx, +%llu) is held, "
 				   "with MRs in %u PDs",
-				   (unsigned long long)mrmgr__region_start(r),
-				   (unsigned long long)mrmgr__region_len(r),
-				   r->share->npd_mrs);
+				   (unsigned long long)mrmgr__rgn_start(r),
+				   (unsigned long long)mrmgr__rgn_len(r),
+				   mrmgr__share_of(r)->npd_mrs);
 		}
 	}
 	if (more)
@@ -286,6 +303,7 @@ MRMGR_EXPORT int mrmgr_region_query_shares(const mrmgr_region_t *r,
 					   size_t *n)
 {
 	struct mrmgr_cache *c;
+	const struct mrmgr__share *sh;
 	struct mrmgr_share_info one;
 	size_t k = 0, npds;
 	uint32_t detached;
@@ -297,15 +315,17 @@ MRMGR_EXPORT int mrmgr_region_query_shares(const mrmgr_region_t *r,
 			   : !info_size ? "info_size 0" : "NULL info");
 		return EINVAL;
 	}
-	c = r->cache;
+	c = mrmgr__rgn_cache(r);
 	mrmgr__core_lock(c);
-	refs = mrmgr__region_refs(r, c->nstripes);
-	detached = mrmgr__region_state(r) != MRMGR__REGION_LIVE
+	refs = mrmgr__rgn_refs(r);
+	detached = !mrmgr__rgn_live(r)
 			   ? MRMGR_SHARE_DETACHED : 0;
-	npds = (c->flags & MRMGR__CACHE_MULTI_PD) ? c->share->npds : 1;
+	sh = mrmgr__share_of(r);
+	npds = (mrmgr__core_flags(c) & MRMGR__CACHE_MULTI_PD)
+		       ? mrmgr__share_cache_of(c)->npds : 1;
 	for (size_t i = 0; i < npds; i++) {
-		struct ibv_mr *mr = (c->flags & MRMGR__CACHE_MULTI_PD)
-					    ? r->share->pd_mrs[i] : r->mr;
+		struct ibv_mr *mr = (mrmgr__core_flags(c) & MRMGR__CACHE_MULTI_PD)
+					    ? sh->pd_mrs[i] : mrmgr__rgn_mr(r);
 
 		if (!mr)
 			continue;
@@ -314,15 +334,15 @@ MRMGR_EXPORT int mrmgr_region_query_shares(const mrmgr_region_t *r,
 		one.flags = detached;
 		one.pd = mr->pd;
 		one.mr = mr;
-		one.addr = mrmgr__region_start(r);
-		one.length = mrmgr__region_len(r);
+		one.addr = mrmgr__rgn_start(r);
+		one.length = mrmgr__rgn_len(r);
 		one.lkey = mr->lkey;
 		one.rkey = mr->rkey;
-		one.access = r->access;
+		one.access = mrmgr__rgn_access(r);
 		one.refs = refs > 0 ? (uint64_t)refs : 0;
 		put_info(info, max, info_size, k++, &one);
 	}
-	for (struct mrmgr_export *e = r->share ? r->share->exports : NULL; e;
+	for (struct mrmgr_export *e = sh ? sh->exports : NULL; e;
 	     e = e->next) {
 		memset(&one, 0, sizeof(one));
 		one.kind = MRMGR_SHARE_EXPORT;
@@ -340,7 +360,7 @@ MRMGR_EXPORT int mrmgr_region_query_shares(const mrmgr_region_t *r,
 		one.export_id = e->desc.export_id;
 		put_info(info, max, info_size, k++, &one);
 	}
-	for (struct mrmgr_alias *a = r->share ? r->share->aliases : NULL; a;
+	for (struct mrmgr_alias *a = sh ? sh->aliases : NULL; a;
 	     a = a->next) {
 		memset(&one, 0, sizeof(one));
 		one.kind = MRMGR_SHARE_ALIAS;
@@ -367,7 +387,7 @@ MRMGR_EXPORT int mrmgr_region_query_shares(const mrmgr_region_t *r,
 static void share_region_released(struct mrmgr_cache *c,
 				  struct mrmgr_region *r)
 {
-	if (r->share)
+	if (mrmgr__share_of(r))
 		mrmgr__share_region_release(c, r);
 }
 
@@ -375,20 +395,20 @@ static void share_region_released(struct mrmgr_cache *c,
 static void share_region_invalidated(struct mrmgr_cache *c,
 				     struct mrmgr_region *r)
 {
-	if (r->share)
+	if (mrmgr__share_of(r))
 		mrmgr__share_invalidated(c, r);
 }
 
 /* MRMGR_DESTROY_FORCE: exports give up their pins. */
 static void share_destroy_begin(struct mrmgr_cache *c, uint64_t flags)
 {
-	if ((flags & MRMGR_DESTROY_FORCE) && c->share)
+	if ((flags & MRMGR_DESTROY_FORCE) && mrmgr__share_cache_of(c))
 		(void)mrmgr__share_force(c);
 }
 
 static int share_destroy_check(struct mrmgr_cache *c, uint64_t busy)
 {
-	if (busy && c->share)
+	if (busy && mrmgr__share_cache_of(c))
 		mrmgr__share_report_busy(c);
 	return 0;
 }
@@ -396,13 +416,19 @@ static int share_destroy_check(struct mrmgr_cache *c, uint64_t busy)
 /* The regions' memory is their slabs'; their share state is not. */
 static void share_free(struct mrmgr_cache *c)
 {
-	for (size_t i = 0; i < c->nall; i++)
-		mrmgr__share_region_free(c->all[i]);
+	struct mrmgr_region *r;
+	size_t i;
+
+	mrmgr__core_for_each_region(c, r, i)
+		mrmgr__share_region_free(r);
 	mrmgr__share_cache_free(c);
 }
 
 const struct mrmgr__ext mrmgr__ext_share = {
 	.name = "share",
+	.id = MRMGR__EXT_ID_SHARE,
+	.priv_size = sizeof(struct mrmgr__share_cache *),
+	.region_size = sizeof(struct mrmgr__share *),
 	.free = share_free,
 	.region_released = share_region_released,
 	.region_invalidated = share_region_invalidated,

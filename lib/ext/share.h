@@ -14,7 +14,7 @@
  * How the cache uses it (its hooks, mrmgr__ext_share and, in a cache of
  * several PDs, mrmgr__ext_multipd, ext.h): a multi-PD cache calls
  * mrmgr__share_region_new() on every region it makes; a
- * region with share state (r->share) calls mrmgr__share_region_release()
+ * region with share state (mrmgr__share_of()) calls mrmgr__share_region_release()
  * when it is deregistered and mrmgr__share_invalidated() when it is
  * invalidated; mrmgr_cache_destroy_ex() calls mrmgr__share_force() and
  * mrmgr__share_report_busy(). A multi-PD cache's gets go through
@@ -38,8 +38,9 @@
 
 #include <mrmgr/mrmgr.h>
 
+#include "compiler.h"
+#include "core.h"
 #include "ext.h"
-#include "region.h"
 
 struct mrmgr_cache;
 
@@ -106,9 +107,38 @@ struct mrmgr_region *mrmgr__alias_force(struct mrmgr_cache *c,
 /* A cache's share state, made on first need (multi-PD creation, first
  * export). */
 struct mrmgr__share_cache {
-	struct ibv_pd **pds;             /* multi-PD: npds PDs, [0] = c->pd */
+	struct ibv_pd **pds;             /* multi-PD: npds PDs, [0] = the
+					  * cache's PD */
 	size_t npds;                     /* 0 for a single-PD cache */
 };
+
+/*
+ * The feature's state (core.h): beside each region a pointer to its share
+ * state, NULL until needed, kept while the cache lives (written under
+ * the lock with a release store: accessors read it without the lock);
+ * in the cache a pointer to the cache's, NULL until needed.
+ */
+static inline struct mrmgr__share **mrmgr__share_slot(const struct mrmgr_region *r)
+{
+	return mrmgr__core_region_priv(r, &mrmgr__ext_share);
+}
+
+static inline struct mrmgr__share *mrmgr__share_of(const struct mrmgr_region *r)
+{
+	return *mrmgr__share_slot(r);
+}
+
+static inline struct mrmgr__share_cache **
+mrmgr__share_cache_slot(const struct mrmgr_cache *c)
+{
+	return mrmgr__core_priv(c, &mrmgr__ext_share);
+}
+
+static inline struct mrmgr__share_cache *
+mrmgr__share_cache_of(const struct mrmgr_cache *c)
+{
+	return *mrmgr__share_cache_slot(c);
+}
 
 /* What its hooks (mrmgr__ext_share) call. Cache lock held. */
 void mrmgr__share_region_new(struct mrmgr_cache *c, struct mrmgr_region *r);
@@ -164,11 +194,12 @@ void mrmgr__multi_release(struct mrmgr_cache *c, struct mrmgr_region *r);
  */
 static inline struct ibv_mr *mrmgr__region_plain_mr(const struct mrmgr_region *r)
 {
-	const struct mrmgr__share *sh = __atomic_load_n(&r->share, __ATOMIC_ACQUIRE);
+	const struct mrmgr__share *sh =
+		__atomic_load_n(mrmgr__share_slot(r), __ATOMIC_ACQUIRE);
 
 	if (mrmgr__unlikely(sh && sh->pd_mrs))
 		return __atomic_load_n(&sh->pd_mrs[0], __ATOMIC_ACQUIRE);
-	return r->mr;
+	return mrmgr__rgn_mr(r);
 }
 
 #endif /* MRMGR__SHARE_H */
