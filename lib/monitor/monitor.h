@@ -154,13 +154,12 @@ extern pthread_mutex_t mrmgr__mon_lock;
 enum mrmgr__src_state { SRC_UNTRIED = 0, SRC_ACTIVE, SRC_FAILED };
 
 /* userfaultfd (uffd.c); call with mrmgr__mon_lock held. */
-int mrmgr__uffd_start(void);             /* 0 or why not */
+int mrmgr__uffd_start(int asked);        /* 0 or why not */
 int mrmgr__uffd_state(int *err, uint32_t *flags, uint64_t *features);
 int mrmgr__uffd_register(uint64_t start, uint64_t last);   /* 0 or errno */
 int mrmgr__uffd_internal(uint64_t start, uint64_t last);   /* our own memory */
 int mrmgr__uffd_registered(uint64_t start, uint64_t last); /* 0, ENOENT */
 void mrmgr__uffd_unregister(uint64_t start, uint64_t last);
-void mrmgr__uffd_fork_child(void);
 
 /* Retrying a source that failed for want of a resource (monitor.c). */
 struct mrmgr__retry {
@@ -170,6 +169,9 @@ struct mrmgr__retry {
 int mrmgr__retry_transient(int err);
 void mrmgr__retry_failed(struct mrmgr__retry *r, int err);
 int mrmgr__retry_due(struct mrmgr__retry *r); /* 1: try again now */
+/* retry_due, or 1 at once when asked (a cache is being created) and err
+ * is passing. */
+int mrmgr__retry_now(struct mrmgr__retry *r, int err, int asked);
 extern uint64_t mrmgr__mon_retries;
 
 /* Whether growth headroom may register memory nobody asked for, for a
@@ -260,6 +262,8 @@ void mrmgr__mon_known_drop(struct mrmgr__mon_cache *m, uint64_t s, uint64_t l);
 /* Registry internals shared by watch.c and monitor.c. */
 void mrmgr__watch_stats(uint64_t *ranges, uint64_t *runs, uint64_t *budget);
 void mrmgr__watch_fork_child(void);
+/* In a fork child: every source's fork_child, then the registry's. */
+void mrmgr__mon_sources_fork_child(void);
 
 /* ------------------------------------------------------------ caches */
 
