@@ -50,9 +50,11 @@ static struct {
 
 /*
  * A source that failed for want of a resource (descriptors, memory) is
- * tried again later, not given up for the life of the process: at the
- * first get after a back-off that doubles from 100 ms to 12.8 s, at most
- * MAX_RETRIES times. Other failures (refused by policy, no kernel
+ * tried again later, not given up for the life of the process: at once
+ * when a cache is created (the program asks again), and at the first get
+ * after a back-off that doubles from 100 ms to 12.8 s, at most
+ * MAX_RETRIES times (a get in a process short of descriptors must not
+ * pay a failed start each time). Other failures (refused by policy, no kernel
  * support, a self-test that got no event) are final.
  */
 #define MAX_RETRIES 24
