@@ -27,6 +27,7 @@
 #include <sys/shm.h>
 #include <sys/syscall.h>
 
+#include "maps.h"
 #include "monitor.h"
 #include "patch.h"
 #include "release_table.h"
@@ -282,99 +283,19 @@ static int hook_mprotect(void *a, size_t l, int prot)
 }
 
 /* Parse one hex number; p moves past it. */
-static uint64_t hex(const char **p, const char *end)
-{
-	uint64_t v = 0;
-
-	for (; *p < end; (*p)++) {
-		char c = **p;
-
-		if (c >= '0' && c <= '9')
-			v = v << 4 | (uint64_t)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			v = v << 4 | (uint64_t)(c - 'a' + 10);
-		else
-			break;
-	}
-	return v;
-}
-
-static uint64_t dec_field(const char *p, const char *end, int skip)
-{
-	uint64_t v = 0;
-
-	/* skip: the number of space-separated fields before the one wanted */
-	for (; p < end && skip; p++)
-		if (*p == ' ' && p + 1 < end && p[1] != ' ')
-			skip--;
-	for (; p < end && *p >= '0' && *p <= '9'; p++)
-		v = v * 10 + (uint64_t)(*p - '0');
-	return v;
-}
-
 /*
- * The segment attached at a: the run of VMAs of one inode starting at a,
- * read from /proc/self/maps with raw system calls into a stack buffer.
- * 1 and [a, *last], 0 when nothing is attached there, -1 when it cannot
- * be told.
+ * The segment attached at a (os/maps.h, async-signal-safe): 1 and
+ * [a, *last], 0 when nothing is attached there, -1 when it cannot be
+ * told.
  */
 static int shm_extent(uintptr_t a, uint64_t *last)
 {
-	char buf[2048];
-	size_t have = 0;
-	uint64_t end = 0, inode = 0;
-	int found = 0, ret = -1;
-	long fd = mrmgr__patch_sys(SYS_openat, AT_FDCWD, (long)"/proc/self/maps",
-				   O_RDONLY | O_CLOEXEC, 0, 0, 0);
+	uint64_t end;
+	int k = mrmgr__maps_shm_extent(a, &end);
 
-	if (is_err(fd))
-		return -1;
-	for (;;) {
-		long n = SYS3(SYS_read, fd, buf + have, sizeof(buf) - have);
-		const char *line = buf, *nl, *stop;
-
-		if (is_err(n) || n == 0) {
-			ret = is_err(n) ? -1 : found;
-			break;
-		}
-		have += (size_t)n;
-		stop = buf + have;
-		for (;;) {
-			const char *p = line;
-			uint64_t s, e, ino;
-
-			for (nl = line; nl < stop && *nl != '\n'; nl++)
-				;
-			if (nl == stop)
-				break;
-			s = hex(&p, nl);
-			p++;
-			e = hex(&p, nl);
-			/* perms offset dev inode: the inode is 4 fields on */
-			ino = dec_field(p, nl, 4);
-			if (!found && s == a) {
-				found = 1;
-				end = e;
-				inode = ino;
-			} else if (found && (s != end || ino != inode)) {
-				ret = 1;
-				goto out;
-			} else if (found) {
-				end = e;
-			}
-			line = nl + 1;
-		}
-		have = (size_t)(stop - line);
-		for (size_t i = 0; i < have; i++)
-			buf[i] = line[i];
-		if (have == sizeof(buf))
-			have = 0; /* an absurdly long line: drop it */
-	}
-out:
-	SYS2(SYS_close, fd, 0);
-	if (found)
+	if (k > 0)
 		*last = end - 1;
-	return ret;
+	return k;
 }
 
 static int hook_shmdt(const void *a)

@@ -5,8 +5,9 @@
 #   sim -> the public device seam only;   libmrmgr.so knows no simulator
 #   share (libmrmgr-share.so) -> libmrmgr's public API; libmrmgr.so
 #   neither holds nor names the importer and the share helper
-# Fails when a file of lib/core includes a header of lib/ext or calls an
-# ext function, lib/monitor includes or calls the core or ext, the lower
+# Fails when os/maps.c (the maps reader the hooks call) calls anything
+# but async-signal-safe functions, when a file of lib/core includes a
+# header of lib/ext or calls an ext function, lib/monitor includes or calls the core or ext, the lower
 # layers (device, os, util) reach up, production code names the simulator,
 # libmrmgr.so exports or references an mrmgr_sim_ symbol, or
 # libmrmgr-sim.so uses anything of libmrmgr but the public device seam,
@@ -111,6 +112,15 @@ calls monitor monitor-calls-core core ext
 for low in device os util; do
 	calls "$low" "$low-calls-upper" core ext monitor
 done
+
+# The maps reader (os/maps.c) runs inside the memory hooks and from
+# signal handlers: it calls only async-signal-safe functions (no
+# allocator, no stdio, no lock).
+maps_o=$(objects os | grep '/libmrmgr_la-maps\.o$' || true)
+[ -n "$maps_o" ] || { echo "check-layers: os/maps.o not built" >&2; exit 1; }
+nm -u "$maps_o" | awk '{ print $2 }' | sed 's/@.*//' |
+	grep -vxE 'open|open64|read|close|memchr|memmove|memcmp|memset|__errno_location|__stack_chk_fail|__stack_chk_guard|_GLOBAL_OFFSET_TABLE_' |
+	sed 's|^|maps-not-signal-safe os/maps.c |' >>"$tmp/found" || true
 
 # Production code names no simulator: no sim header, no sim call.
 grep_sources 'mrmgr_sim_|mrmgr__sim|MRMGR__SIM|sim_internal\.h|sim_share\.h|mrmgr/sim\.h' \
