@@ -13,7 +13,7 @@
  * no run-time code patching, so nothing races with running threads.
  *
  *   munmap, mmap/mmap64 with MAP_FIXED, mremap, madvise with any advice
- *   but those known to keep the pages (lib/monitor/release_table.h, the
+ *   but those known to keep the pages (lib/intercept/release_table.h, the
  *   table libc's patched entries use too), brk, sbrk, shmat with
  *   SHM_REMAP, shmdt;
  *   free, realloc, reallocarray of glibc chunks glibc mmap'd (glibc

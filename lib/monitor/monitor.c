@@ -21,7 +21,6 @@
 #include "hooks_abi.h"
 #include "log.h"
 #include "monitor.h"
-#include "patch.h"
 #include "procfs.h"
 #include "source.h"
 #include "vma.h"

@@ -181,27 +181,8 @@ int mrmgr__mon_headroom_ok_mode(uint32_t mode);
 /* libmrmgr_hooks.so (monitor.c). */
 int mrmgr__hooks_state(int *err);
 
-/*
- * The patched-libc source (patch*.c, when it is built in): 0 once it is
- * delivering (idempotent, mon lock held), or why not. Weak: without it,
- * the automatic mode falls back as doc/monitor.md says.
- */
-int mrmgr__patch_start(void) __attribute__((weak, visibility("hidden")));
-/* Whether a sanitizer runs in the process (patch.c; weak likewise): the
- * patched libc steps aside there, and auto takes userfaultfd instead. */
-int mrmgr__patch_sanitizer(void) __attribute__((weak, visibility("hidden")));
-/*
- * Memory calls the process defines itself (follow.c; 0 and nothing
- * where the patch source is not supported). check: with the mon lock held, at the
- * patched libc's start and on a miss; rescans when objects were loaded or
- * unloaded (one dl_iterate_phdr() otherwise). 0 when every definition
- * outside libc is followed (or there is none), else why the patched libc
- * cannot vouch (EOPNOTSUPP: code with raw memory system calls).
- */
-int mrmgr__follow_check(void);
-void mrmgr__follow_info(struct mrmgr_monitor_info *m);
-/* Tests: following fails (EPERM) wherever there is something to follow. */
-extern int mrmgr__follow_test_fail;
+/* The patched libc and the calls other objects define: the engine's
+ * own header (lib/intercept/intercept.h). */
 /* auto mode's userfaultfd: in a build without the patch source, or under
  * a sanitizer (monitor.c). */
 int mrmgr__mon_auto_uffd(void);

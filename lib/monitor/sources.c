@@ -12,11 +12,27 @@
 
 #include "log.h"
 #include "monitor.h"
-#include "patch.h"
+#include "intercept.h"
 #include "source.h"
 #include "vma.h"
 
 /* ------------------------------------------------------------ patched libc */
+
+/* The interception engine reports through the monitor's change protocol
+ * and queue (change.c, queue.c): bound at load, before anything starts. */
+static const struct mrmgr__icpt_sink sink = {
+	.begin = mrmgr__mon_change_begin,
+	.end = mrmgr__mon_change_end,
+	.push = mrmgr__mon_push,
+	.filter_add = mrmgr__mon_filter_add,
+	.tail = mrmgr__mon_queue_tail,
+	.saw = mrmgr__mon_queue_saw,
+};
+
+__attribute__((constructor)) static void bind_sink(void)
+{
+	mrmgr__icpt_bind(&sink);
+}
 
 static int patch_started(void)
 {

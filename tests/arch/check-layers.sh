@@ -2,6 +2,8 @@
 # The layers' arrows (doc/architecture.md), held by the sources and the
 # built objects:
 #   util <- os <- device <- core <- ext;  os <- monitor <- core
+#   os <- intercept <- monitor (the patch engine knows no monitor, no
+#   cache: it reports to the sink its user binds)
 #   sim -> the public device seam only;   libmrmgr.so knows no simulator
 #   share (libmrmgr-share.so) -> libmrmgr's public API; libmrmgr.so
 #   neither holds nor names the importer and the share helper
@@ -51,8 +53,9 @@ fi | LC_ALL=C sort -u | while read -r f; do
 done >"$tmp/sources"
 [ -s "$tmp/sources" ] || { echo "check-layers: no sources listed" >&2; exit 1; }
 
-# sources_in DIR REGEX: the sources directly in DIR whose name matches.
-sources_in() { grep -E "^$1/[^/]*$2\$" "$tmp/sources" || true; }
+# sources_in DIR REGEX: the sources in DIR (and its subfolders: the
+# interception engine's arch/) whose name matches.
+sources_in() { grep -E "^$1/([^/]+/)*[^/]*$2\$" "$tmp/sources" || true; }
 # grep_sources ERE PATH-PREFIX...: "file:line:text" of the sources there.
 grep_sources() {
 	re=$1
@@ -78,9 +81,9 @@ includes() {
 
 # The library's objects of a layer (libtool puts PIC objects in .libs).
 objects() {
-	for o in "$bld/lib/$1/.libs"/libmrmgr_la-*.o "$bld/lib/$1"/libmrmgr_la-*.o; do
-		[ -f "$o" ] && echo "$o"
-	done | awk -F/ '!seen[$NF]++'
+	[ -d "$bld/lib/$1" ] || return 0
+	find "$bld/lib/$1" -name 'libmrmgr_la-*.o' | LC_ALL=C sort |
+		awk -F/ '!seen[$NF]++'
 }
 
 defined_by() {
@@ -104,13 +107,15 @@ calls() {
 
 includes core core-includes-ext ext
 includes monitor monitor-includes-core core ext
+includes intercept intercept-includes-upper core ext monitor device
 for low in device os util; do
-	includes "$low" "$low-includes-upper" core ext monitor
+	includes "$low" "$low-includes-upper" core ext monitor intercept
 done
 calls core core-calls-ext ext
 calls monitor monitor-calls-core core ext
+calls intercept intercept-calls-upper core ext monitor device
 for low in device os util; do
-	calls "$low" "$low-calls-upper" core ext monitor
+	calls "$low" "$low-calls-upper" core ext monitor intercept
 done
 
 # The maps reader (os/maps.c) runs inside the memory hooks and from

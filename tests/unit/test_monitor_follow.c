@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "monitor_helpers.h"
+#include "intercept.h"
 #include "monitor.h"
 
 #define PAGE ((size_t)4096)
