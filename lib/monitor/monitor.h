@@ -160,6 +160,7 @@ int mrmgr__uffd_register(uint64_t start, uint64_t last);   /* 0 or errno */
 int mrmgr__uffd_internal(uint64_t start, uint64_t last);   /* our own memory */
 int mrmgr__uffd_registered(uint64_t start, uint64_t last); /* 0, ENOENT */
 void mrmgr__uffd_unregister(uint64_t start, uint64_t last);
+void mrmgr__uffd_fork_child(void);
 
 /* Retrying a source that failed for want of a resource (monitor.c). */
 struct mrmgr__retry {

@@ -114,6 +114,51 @@ const struct mrmgr__mon_source mrmgr__src_patch = {
 	.why_not = patch_src_why,
 };
 
+/* ------------------------------------------------------------ userfaultfd */
+
+static int uffd_src_active(void)
+{
+	return mrmgr__uffd_state(NULL, NULL, NULL) == SRC_ACTIVE;
+}
+
+static int one(void)
+{
+	return 1;
+}
+
+static void uffd_src_report(struct mrmgr_monitor_info *m, int listed)
+{
+	int err;
+
+	(void)listed;
+	(void)mrmgr__uffd_state(&err, &m->uffd_flags, &m->uffd_features);
+	m->uffd_error = err;
+}
+
+static const char *uffd_src_why(int err, int listed)
+{
+	(void)listed;
+	return err ? strerror(err) : "not used";
+}
+
+/* One-sided: UFFD_EVENT_REMOVE and UNMAP come before the pages go,
+ * nothing after (doc/design/sources.md). */
+const struct mrmgr__mon_source mrmgr__src_uffd = {
+	.name = "userfaultfd",
+	.label = "userfaultfd",
+	.report_bit = MRMGR_MONITOR_SRC_UFFD,
+	.mem_kinds = MRMGR__SRC_KIND_HOST_VA,
+	.vma_kinds = 1u << MRMGR__VMA_ANON_PRIVATE,
+	.covers = MRMGR__SRC_SEES_CALLS | MRMGR__SRC_SEES_RAW,
+	.start = mrmgr__uffd_start,
+	.active = uffd_src_active,
+	.sides = one,
+	.watch = mrmgr__watch_uffd,
+	.fork_child = mrmgr__uffd_fork_child,
+	.report = uffd_src_report,
+	.why_not = uffd_src_why,
+};
+
 /* ------------------------------------------------------------ external */
 
 static int external_start(int asked)

@@ -54,8 +54,6 @@
 #include "log.h"
 #include "monitor.h"
 #include "procfs.h"
-#include "source.h"
-#include "vma.h"
 
 #define WANT_FEATURES                                                     \
 	(UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE |            \
@@ -596,7 +594,7 @@ int mrmgr__uffd_state(int *err, uint32_t *flags, uint64_t *features)
 	return U.state;
 }
 
-static void uffd_fork_child(void)
+void mrmgr__uffd_fork_child(void)
 {
 	/*
 	 * The child's mappings lost the registration at fork (no
@@ -612,49 +610,6 @@ static void uffd_fork_child(void)
 	memset(&U, 0, sizeof(U));
 	U.fd = U.stop_fd = -1;
 }
-
-static int uffd_src_active(void)
-{
-	return mrmgr__uffd_state(NULL, NULL, NULL) == SRC_ACTIVE;
-}
-
-static int one(void)
-{
-	return 1;
-}
-
-static void uffd_src_report(struct mrmgr_monitor_info *m, int listed)
-{
-	int err;
-
-	(void)listed;
-	(void)mrmgr__uffd_state(&err, &m->uffd_flags, &m->uffd_features);
-	m->uffd_error = err;
-}
-
-static const char *uffd_src_why(int err, int listed)
-{
-	(void)listed;
-	return err ? strerror(err) : "not used";
-}
-
-/* One-sided: UFFD_EVENT_REMOVE and UNMAP come before the pages go,
- * nothing after (doc/design/sources.md). */
-const struct mrmgr__mon_source mrmgr__src_uffd = {
-	.name = "userfaultfd",
-	.label = "userfaultfd",
-	.report_bit = MRMGR_MONITOR_SRC_UFFD,
-	.mem_kinds = MRMGR__SRC_KIND_HOST_VA,
-	.vma_kinds = 1u << MRMGR__VMA_ANON_PRIVATE,
-	.covers = MRMGR__SRC_SEES_CALLS | MRMGR__SRC_SEES_RAW,
-	.start = mrmgr__uffd_start,
-	.active = uffd_src_active,
-	.sides = one,
-	.watch = mrmgr__watch_uffd,
-	.fork_child = uffd_fork_child,
-	.report = uffd_src_report,
-	.why_not = uffd_src_why,
-};
 
 /*
  * At exit or dlclose: stop the reader, then close the descriptor, which
