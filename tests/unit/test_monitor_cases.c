@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "monitor_helpers.h"
+#include "patch.h"
 
 #define PAGE ((size_t)4096)
 
@@ -869,7 +870,7 @@ static void unfill(int *fds, int n, const struct rlimit *saved)
  * is emptied gets a working source, and its gets are cached (uffd mode,
  * and auto under a sanitizer, take this path).
  */
-Test(retry, uffd_after_full_table_starts_when_asked_again, .timeout = 60)
+static void starts_when_asked_again(uint32_t mode)
 {
 	struct fixture f;
 	struct mrmgr_cache_attr a = big;
@@ -881,7 +882,7 @@ Test(retry, uffd_after_full_table_starts_when_asked_again, .timeout = 60)
 	int fds[64], n;
 
 	a.comp_mask |= MRMGR_CACHE_ATTR_MONITOR;
-	a.monitor = MRMGR_MONITOR_UFFD;
+	a.monitor = mode;
 	cr_assert_eq(mrmgr_sim_open(NULL, &f.ctx), 0);
 	cr_assert_eq(mrmgr_sim_alloc_pd(f.ctx, &f.pd), 0);
 	n = fill_fds(fds, &rl);
@@ -913,6 +914,19 @@ Test(retry, uffd_after_full_table_starts_when_asked_again, .timeout = 60)
 	munmap(p, 64 * PAGE);
 	munmap(q, 64 * PAGE);
 	munmap(o, 64 * PAGE);
+}
+
+Test(retry, uffd_after_full_table_starts_when_asked_again, .timeout = 60)
+{
+	starts_when_asked_again(MRMGR_MONITOR_UFFD);
+}
+
+/* auto under a sanitizer takes userfaultfd (the patched libc steps
+ * aside): the same. */
+Test(retry, auto_under_a_sanitizer_starts_when_asked_again, .timeout = 60)
+{
+	mrmgr__patch_test_flags |= MRMGR__PATCH_TEST_SANITIZER;
+	starts_when_asked_again(MRMGR_MONITOR_AUTO);
 }
 
 /* ------------------------------------------------------------ what is lost */
