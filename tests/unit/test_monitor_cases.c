@@ -41,7 +41,6 @@
 #include <unistd.h>
 
 #include "monitor_helpers.h"
-#include "patch.h"
 
 #define PAGE ((size_t)4096)
 
@@ -921,13 +920,18 @@ Test(retry, uffd_after_full_table_starts_when_asked_again, .timeout = 60)
 	starts_when_asked_again(MRMGR_MONITOR_UFFD);
 }
 
+#ifdef MRMGR_TEST_INTERNAL
 /* auto under a sanitizer takes userfaultfd (the patched libc steps
- * aside): the same. */
+ * aside): the same. The patch engine's test flag is internal (this
+ * suite's build against the internal library only). */
+#include "patch.h"
+
 Test(retry, auto_under_a_sanitizer_starts_when_asked_again, .timeout = 60)
 {
 	mrmgr__patch_test_flags |= MRMGR__PATCH_TEST_SANITIZER;
 	starts_when_asked_again(MRMGR_MONITOR_AUTO);
 }
+#endif
 
 /* ------------------------------------------------------------ what is lost */
 
