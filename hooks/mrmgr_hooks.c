@@ -13,7 +13,7 @@
  * no run-time code patching, so nothing races with running threads.
  *
  *   munmap, mmap/mmap64 with MAP_FIXED, mremap, madvise with any advice
- *   but those known to keep the pages (lib/monitor/release_table.h, the
+ *   but those known to keep the pages (lib/intercept/release_table.h, the
  *   table libc's patched entries use too), brk, sbrk, shmat with
  *   SHM_REMAP, shmdt;
  *   free, realloc, reallocarray of glibc chunks glibc mmap'd (glibc
@@ -57,7 +57,7 @@
 
 #include "hooks_abi.h"
 #include "release_table.h"
-#include "vma.h"
+#include "maps.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -340,38 +340,17 @@ EXPORT void *sbrk(intptr_t inc)
 	return real_sbrk(inc);
 }
 
-struct shm_run {
-	uint64_t a, end, inode;
-	int found;
-};
-
-static int shm_one(const struct mrmgr__vma *v, void *arg)
-{
-	struct shm_run *r = arg;
-
-	if (!r->found) {
-		if (v->start != r->a)
-			return 1;
-		r->found = 1;
-	} else if (v->start != r->end || v->inode != r->inode) {
-		return 1;
-	}
-	r->end = v->end;
-	r->inode = v->inode;
-	return 0;
-}
-
 /*
- * The extent of the segment attached at a: consecutive VMAs of one inode.
- * Read from the text (MRMGR__VMA_TEXT): the ioctl's shared descriptor is
- * behind a lock, and these wrappers take none.
+ * The extent of the segment attached at a: consecutive VMAs of one inode,
+ * from the text (os/maps.h, async-signal-safe): the ioctl's shared
+ * descriptor is behind a lock, and these wrappers take none.
  */
 static size_t shm_extent(const void *a)
 {
-	struct shm_run r = { (uintptr_t)a, 0, 0, 0 };
+	uint64_t end;
 
-	(void)mrmgr__vma_walk(r.a, UINT64_MAX, MRMGR__VMA_TEXT, shm_one, &r);
-	return r.found ? (size_t)(r.end - r.a) : 0;
+	return mrmgr__maps_shm_extent((uintptr_t)a, &end) > 0
+		       ? (size_t)(end - (uintptr_t)a) : 0;
 }
 
 /*

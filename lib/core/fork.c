@@ -131,8 +131,7 @@ static void forget_all(struct mrmgr_cache *c)
 static void child(void)
 {
 	mrmgr__mon_queue_fork_child();
-	mrmgr__uffd_fork_child();
-	mrmgr__watch_fork_child();
+	mrmgr__mon_sources_fork_child();
 	for (struct mrmgr_cache *c = caches; c; c = next_of(c))
 		forget_all(c);
 	unlock_all();

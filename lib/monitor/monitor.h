@@ -154,7 +154,7 @@ extern pthread_mutex_t mrmgr__mon_lock;
 enum mrmgr__src_state { SRC_UNTRIED = 0, SRC_ACTIVE, SRC_FAILED };
 
 /* userfaultfd (uffd.c); call with mrmgr__mon_lock held. */
-int mrmgr__uffd_start(void);             /* 0 or why not */
+int mrmgr__uffd_start(int asked);        /* 0 or why not */
 int mrmgr__uffd_state(int *err, uint32_t *flags, uint64_t *features);
 int mrmgr__uffd_register(uint64_t start, uint64_t last);   /* 0 or errno */
 int mrmgr__uffd_internal(uint64_t start, uint64_t last);   /* our own memory */
@@ -170,6 +170,9 @@ struct mrmgr__retry {
 int mrmgr__retry_transient(int err);
 void mrmgr__retry_failed(struct mrmgr__retry *r, int err);
 int mrmgr__retry_due(struct mrmgr__retry *r); /* 1: try again now */
+/* retry_due, or 1 at once when asked (a cache is being created) and err
+ * is passing. */
+int mrmgr__retry_now(struct mrmgr__retry *r, int err, int asked);
 extern uint64_t mrmgr__mon_retries;
 
 /* Whether growth headroom may register memory nobody asked for, for a
@@ -179,27 +182,8 @@ int mrmgr__mon_headroom_ok_mode(uint32_t mode);
 /* libmrmgr_hooks.so (monitor.c). */
 int mrmgr__hooks_state(int *err);
 
-/*
- * The patched-libc source (patch*.c, when it is built in): 0 once it is
- * delivering (idempotent, mon lock held), or why not. Weak: without it,
- * the automatic mode falls back as doc/monitor.md says.
- */
-int mrmgr__patch_start(void) __attribute__((weak, visibility("hidden")));
-/* Whether a sanitizer runs in the process (patch.c; weak likewise): the
- * patched libc steps aside there, and auto takes userfaultfd instead. */
-int mrmgr__patch_sanitizer(void) __attribute__((weak, visibility("hidden")));
-/*
- * Memory calls the process defines itself (follow.c; 0 and nothing
- * where the patch source is not supported). check: with the mon lock held, at the
- * patched libc's start and on a miss; rescans when objects were loaded or
- * unloaded (one dl_iterate_phdr() otherwise). 0 when every definition
- * outside libc is followed (or there is none), else why the patched libc
- * cannot vouch (EOPNOTSUPP: code with raw memory system calls).
- */
-int mrmgr__follow_check(void);
-void mrmgr__follow_info(struct mrmgr_monitor_info *m);
-/* Tests: following fails (EPERM) wherever there is something to follow. */
-extern int mrmgr__follow_test_fail;
+/* The patched libc and the calls other objects define: the engine's
+ * own header (lib/intercept/intercept.h). */
 /* auto mode's userfaultfd: in a build without the patch source, or under
  * a sanitizer (monitor.c). */
 int mrmgr__mon_auto_uffd(void);
@@ -260,6 +244,8 @@ void mrmgr__mon_known_drop(struct mrmgr__mon_cache *m, uint64_t s, uint64_t l);
 /* Registry internals shared by watch.c and monitor.c. */
 void mrmgr__watch_stats(uint64_t *ranges, uint64_t *runs, uint64_t *budget);
 void mrmgr__watch_fork_child(void);
+/* In a fork child: every source's fork_child, then the registry's. */
+void mrmgr__mon_sources_fork_child(void);
 
 /* ------------------------------------------------------------ caches */
 

@@ -538,13 +538,13 @@ static int under_valgrind(void)
 	return p && strstr(p, "vgpreload");
 }
 
-int mrmgr__uffd_start(void)
+int mrmgr__uffd_start(int asked)
 {
 	int fd, ret;
 
 	check_dead();
 	if (U.state != SRC_UNTRIED &&
-	    !(U.state == SRC_FAILED && mrmgr__retry_due(&U.retry)))
+	    !(U.state == SRC_FAILED && mrmgr__retry_now(&U.retry, U.err, asked)))
 		return U.state == SRC_ACTIVE ? 0 : U.err;
 	U.pid = mrmgr__getpid();
 	fd = under_valgrind() ? -ENOTSUP : open_negotiated(&U.flags, &U.features);

@@ -43,6 +43,7 @@
 
 #include "log.h"
 #include "monitor.h"
+#include "source.h"
 
 static struct mrmgr__itree reg_tree;   /* one node per distinct range */
 static uint64_t reg_entries, reg_runs, reg_budget;
@@ -381,7 +382,7 @@ static int second_look(uint64_t vs, uint64_t vl)
  * also keeps the region out of the cache (watch_commit()) or, drained
  * later, invalidates it.
  */
-static int uffd_watch(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
+int mrmgr__watch_uffd(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
 		      uint64_t s, uint64_t l)
 {
 	struct mrmgr__mon_known *k = known_find(m, s, l);
@@ -435,7 +436,7 @@ static int uffd_watch(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
  * (truncate_pagecache() unmaps COWed pages too), and no call of ours
  * sees it.
  */
-static int trusted_watch(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
+int mrmgr__watch_trusted(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
 			 uint64_t s, uint64_t l)
 {
 	struct mrmgr__mon_known *k = known_find(m, s, l);
@@ -532,8 +533,9 @@ static void unwatched(struct mrmgr__mon_cache *m, uint64_t start,
 int mrmgr__watch_begin(struct mrmgr__mon_cache *m, uint64_t start,
 		       uint64_t last, struct mrmgr__watch_tx *tx)
 {
-	uint32_t mode = m->mode;
-	int err = ERR_NO_SOURCE, herr;
+	const struct mrmgr__mon_mode *mm = mrmgr__mon_mode_of(m->mode);
+	const struct mrmgr__mon_source *src;
+	int err = ERR_NO_SOURCE;
 
 	/* Only what is read before a join fills the rest (no memset: it
 	 * was most of this function's time on a miss). */
@@ -546,22 +548,14 @@ int mrmgr__watch_begin(struct mrmgr__mon_cache *m, uint64_t start,
 	 * the window opens (change.c has the argument). */
 	mrmgr__mon_filter_add(start, last);
 	tx->from = __atomic_load_n(&mrmgr__mon_word, __ATOMIC_SEQ_CST) >> 1;
-	if (mode == MRMGR_MONITOR_EXTERNAL || mode == MRMGR_MONITOR_NONE) {
+	if (mm->promised) {
 		tx->kind = TX_TRUSTED;
 		return 0;
 	}
 	pthread_mutex_lock(&mrmgr__mon_lock);
-	if (mrmgr__mon_two_sided(mode)) {
-		err = trusted_watch(m, tx, start, last);
-	} else if ((mode == MRMGR_MONITOR_UFFD ||
-		    (mode == MRMGR_MONITOR_AUTO && mrmgr__mon_auto_uffd())) &&
-		   mrmgr__uffd_start() == 0) {
-		err = uffd_watch(m, tx, start, last);
-	} else if ((mode == MRMGR_MONITOR_HOOKS || mode == MRMGR_MONITOR_AUTO) &&
-		   mrmgr__hooks_state(&herr) == SRC_ACTIVE) {
-		/* Hooks that report after the call only. */
-		err = trusted_watch(m, tx, start, last);
-	}
+	src = mrmgr__mon_pick(mm);
+	if (src)
+		err = src->watch(m, tx, start, last);
 	pthread_mutex_unlock(&mrmgr__mon_lock);
 	if (err)
 		unwatched(m, start, last, err);

@@ -30,11 +30,10 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "maps.h"
 #include "procfs.h"
 #include "vma.h"
 
-/* The kernel names anonymous MAP_HUGETLB memory after this file. */
-#define ANON_HUGE "/anon_hugepage"
 #define PROCMAP_COVERING_OR_NEXT 0x10
 
 static struct mrmgr__proc_file maps = MRMGR__PROC_FILE("/proc/self/maps");
@@ -71,7 +70,7 @@ static int query_anon(int fd, const struct mrmgr__procmap_query *q)
 	    query_at(fd, q->vma_start, 0, &nq, name, sizeof(name)) ||
 	    !nq.vma_name_size)
 		return 0;
-	return !strncmp(name, ANON_HUGE, sizeof(ANON_HUGE) - 1);
+	return !strncmp(name, MRMGR__VMA_ANON_HUGE, sizeof(MRMGR__VMA_ANON_HUGE) - 1);
 }
 
 /* -ENOTTY when the kernel lacks the ioctl. */
@@ -118,132 +117,6 @@ static int walk_query(uint64_t start, uint64_t last, mrmgr__vma_fn fn,
 	}
 }
 
-/* ------------------------------------------------------------ text */
-
-static uint64_t parse_num(const char **p, const char *end, unsigned int base)
-{
-	uint64_t v = 0;
-
-	for (; *p < end; (*p)++) {
-		char c = **p;
-		unsigned int d;
-
-		if (c >= '0' && c <= '9')
-			d = (unsigned int)(c - '0');
-		else if (base == 16 && c >= 'a' && c <= 'f')
-			d = (unsigned int)(c - 'a' + 10);
-		else
-			break;
-		v = v * base + d;
-	}
-	return v;
-}
-
-static const char *skip_field(const char *p, const char *end)
-{
-	while (p < end && *p != ' ')
-		p++;
-	while (p < end && *p == ' ')
-		p++;
-	return p;
-}
-
-struct text_walk {
-	uint64_t start, last;
-	mrmgr__vma_fn fn;
-	void *arg;
-	int ret;
-};
-
-/*
- * One line "start-end perms offset major:minor inode [name]", up to end
- * (a line longer than the buffer comes cut: its head has every field
- * wanted). 1 when the walk is over (fn said so, or the lines are past
- * last).
- */
-static int text_line(const char *p, const char *end, struct text_walk *w)
-{
-	struct mrmgr__vma v;
-	const char *perms;
-
-	memset(&v, 0, sizeof(v));
-	v.start = parse_num(&p, end, 16);
-	if (p >= end || *p != '-')
-		return 0;
-	p++;
-	v.end = parse_num(&p, end, 16);
-	if (v.start > w->last)
-		return 1;
-	if (v.end <= w->start)
-		return 0;
-	perms = p = skip_field(p, end);
-	if (end - perms >= 4)
-		v.flags = (perms[0] == 'r' ? MRMGR__VMA_F_READ : 0) |
-			  (perms[1] == 'w' ? MRMGR__VMA_F_WRITE : 0) |
-			  (perms[2] == 'x' ? MRMGR__VMA_F_EXEC : 0) |
-			  (perms[3] == 's' ? MRMGR__VMA_F_SHARED : 0);
-	p = skip_field(p, end);
-	v.offset = parse_num(&p, end, 16);
-	p = skip_field(p, end);
-	v.dev_major = (uint32_t)parse_num(&p, end, 16);
-	if (p < end && *p == ':')
-		p++;
-	v.dev_minor = (uint32_t)parse_num(&p, end, 16);
-	p = skip_field(p, end);
-	v.inode = parse_num(&p, end, 10);
-	p = skip_field(p, end);
-	if (!v.inode || ((size_t)(end - p) >= sizeof(ANON_HUGE) - 1 &&
-			 !memcmp(p, ANON_HUGE, sizeof(ANON_HUGE) - 1)))
-		v.flags |= MRMGR__VMA_F_ANON;
-	w->ret = w->fn(&v, w->arg);
-	return w->ret != 0 || v.end - 1 >= w->last;
-}
-
-/* Lines go through a stack buffer: no allocation. */
-static int walk_text(uint64_t start, uint64_t last, mrmgr__vma_fn fn,
-		     void *arg)
-{
-	struct text_walk w = { start, last, fn, arg, 0 };
-	char buf[4096];
-	size_t have = 0;
-	int done = 0, skipping = 0;
-	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return -(errno ? errno : EIO);
-	while (!done) {
-		ssize_t n = read(fd, buf + have, sizeof(buf) - have);
-		char *line = buf, *nl;
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			w.ret = -(errno ? errno : EIO);
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-		while (!done && (nl = memchr(line, '\n', have - (size_t)(line - buf)))) {
-			if (!skipping)
-				done = text_line(line, nl, &w);
-			skipping = 0;
-			line = nl + 1;
-		}
-		have -= (size_t)(line - buf);
-		if (!done && have == sizeof(buf)) {
-			/* A line longer than the buffer (a long path): its
-			 * head has what is wanted; drop the rest. */
-			if (!skipping)
-				done = text_line(buf, buf + have, &w);
-			skipping = 1;
-			have = 0;
-		} else {
-			memmove(buf, line, have);
-		}
-	}
-	close(fd);
-	return w.ret;
-}
-
 /* ------------------------------------------------------------ walks */
 
 int mrmgr__vma_walk(uint64_t start, uint64_t last, unsigned int how,
@@ -259,7 +132,7 @@ int mrmgr__vma_walk(uint64_t start, uint64_t last, unsigned int how,
 		}
 		__atomic_store_n(&query_works, 0, __ATOMIC_RELAXED);
 	}
-	return walk_text(start, last, fn, arg);
+	return mrmgr__maps_walk(start, last, fn, arg);
 }
 
 int mrmgr__vma_uses_query(void)

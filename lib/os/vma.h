@@ -15,24 +15,7 @@
 
 #include <stdint.h>
 
-/* One mapping (VMA), as the kernel reports it. */
-struct mrmgr__vma {
-	uint64_t start, end;        /* [start, end) */
-	uint64_t offset;            /* file offset of start */
-	uint64_t inode;             /* 0: anonymous (or no file) */
-	uint32_t dev_major, dev_minor;
-	uint32_t flags;             /* enum mrmgr__vma_flags */
-};
-
-enum mrmgr__vma_flags {
-	MRMGR__VMA_F_READ = 1u << 0,
-	MRMGR__VMA_F_WRITE = 1u << 1,
-	MRMGR__VMA_F_EXEC = 1u << 2,
-	MRMGR__VMA_F_SHARED = 1u << 3,
-	/* Anonymous memory: no file, or anonymous huge pages (MAP_HUGETLB
-	 * without a file), which the kernel backs by a hugetlbfs inode. */
-	MRMGR__VMA_F_ANON = 1u << 4,
-};
+#include "maps.h"
 
 /* How to read (walk flags). */
 enum mrmgr__vma_how {
@@ -46,7 +29,6 @@ enum mrmgr__vma_how {
  * returned, 0 when the mappings ran out, or a negative errno when the
  * mappings cannot be read.
  */
-typedef int (*mrmgr__vma_fn)(const struct mrmgr__vma *v, void *arg);
 int mrmgr__vma_walk(uint64_t start, uint64_t last, unsigned int how,
 		    mrmgr__vma_fn fn, void *arg);
 

@@ -2,12 +2,16 @@
 # The layers' arrows (doc/architecture.md), held by the sources and the
 # built objects:
 #   util <- os <- device <- core <- ext;  os <- monitor <- core
+#   os <- intercept <- monitor (the patch engine knows no monitor, no
+#   cache: it reports to the sink its user binds)
 #   sim -> the public device seam only;   libmrmgr.so knows no simulator
 #   share (libmrmgr-share.so) -> libmrmgr's public API; libmrmgr.so
 #   neither holds nor names the importer and the share helper
-# Fails when a file of lib/core includes a header of lib/ext or calls an
-# ext function, a file of lib/ext includes a header of lib/core other
-# than core.h and ext.h or one of lib/monitor, lib/monitor includes or calls the core or ext, the lower
+# Fails when os/maps.c (the maps reader the hooks call) calls anything
+# but async-signal-safe functions, when a file of lib/core includes a
+# header of lib/ext or calls an ext function, a file of lib/ext includes
+# a header of lib/core other than core.h and ext.h or one of lib/monitor,
+# lib/monitor includes or calls the core or ext, the lower
 # layers (device, os, util) reach up, production code names the simulator,
 # libmrmgr.so exports or references an mrmgr_sim_ symbol, or
 # libmrmgr-sim.so uses anything of libmrmgr but the public device seam,
@@ -51,8 +55,9 @@ fi | LC_ALL=C sort -u | while read -r f; do
 done >"$tmp/sources"
 [ -s "$tmp/sources" ] || { echo "check-layers: no sources listed" >&2; exit 1; }
 
-# sources_in DIR REGEX: the sources directly in DIR whose name matches.
-sources_in() { grep -E "^$1/[^/]*$2\$" "$tmp/sources" || true; }
+# sources_in DIR REGEX: the sources in DIR (and its subfolders: the
+# interception engine's arch/) whose name matches.
+sources_in() { grep -E "^$1/([^/]+/)*[^/]*$2\$" "$tmp/sources" || true; }
 # grep_sources ERE PATH-PREFIX...: "file:line:text" of the sources there.
 grep_sources() {
 	re=$1
@@ -78,9 +83,9 @@ includes() {
 
 # The library's objects of a layer (libtool puts PIC objects in .libs).
 objects() {
-	for o in "$bld/lib/$1/.libs"/libmrmgr_la-*.o "$bld/lib/$1"/libmrmgr_la-*.o; do
-		[ -f "$o" ] && echo "$o"
-	done | awk -F/ '!seen[$NF]++'
+	[ -d "$bld/lib/$1" ] || return 0
+	find "$bld/lib/$1" -name 'libmrmgr_la-*.o' | LC_ALL=C sort |
+		awk -F/ '!seen[$NF]++'
 }
 
 defined_by() {
@@ -109,14 +114,25 @@ includes core core-includes-ext ext
 includes ext ext-includes-core-private core monitor
 sed -i -E '/^ext-includes-core-private [^ ]+ (core|ext)\.h$/d' "$tmp/found"
 includes monitor monitor-includes-core core ext
+includes intercept intercept-includes-upper core ext monitor device
 for low in device os util; do
-	includes "$low" "$low-includes-upper" core ext monitor
+	includes "$low" "$low-includes-upper" core ext monitor intercept
 done
 calls core core-calls-ext ext
 calls monitor monitor-calls-core core ext
+calls intercept intercept-calls-upper core ext monitor device
 for low in device os util; do
-	calls "$low" "$low-calls-upper" core ext monitor
+	calls "$low" "$low-calls-upper" core ext monitor intercept
 done
+
+# The maps reader (os/maps.c) runs inside the memory hooks and from
+# signal handlers: it calls only async-signal-safe functions (no
+# allocator, no stdio, no lock).
+maps_o=$(objects os | grep '/libmrmgr_la-maps\.o$' || true)
+[ -n "$maps_o" ] || { echo "check-layers: os/maps.o not built" >&2; exit 1; }
+nm -u "$maps_o" | awk '{ print $2 }' | sed 's/@.*//' |
+	grep -vxE 'open|open64|read|close|memchr|memmove|memcmp|memset|__errno_location|__stack_chk_fail|__stack_chk_guard|_GLOBAL_OFFSET_TABLE_' |
+	sed 's|^|maps-not-signal-safe os/maps.c |' >>"$tmp/found" || true
 
 # Production code names no simulator: no sim header, no sim call.
 grep_sources 'mrmgr_sim_|mrmgr__sim|MRMGR__SIM|sim_internal\.h|sim_share\.h|mrmgr/sim\.h' \

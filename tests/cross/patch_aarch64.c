@@ -1,7 +1,8 @@
 /*
  * The patch engine on aarch64, under qemu-user with Debian's arm64 glibc
  * (`make check-aarch64`): the real patch.c, patch_takeover.c,
- * patch_hooks.c and patch_aarch64.c, with the monitor's queue replaced by a small log of
+ * patch_hooks.c and patch_aarch64.c (lib/intercept), with a sink of its
+ * own (intercept.h) in place of the monitor's queue: a small log of
  * reported ranges. It installs (prologue recognition, trampoline, the
  * self-test), then checks that each call reports its range, that errno
  * and glibc's break come out right, that free() of an mmap'd chunk is
@@ -32,7 +33,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "monitor.h"
+#include "intercept.h"
 #include "patch.h"
 
 /* ------------------------------------------------------------ stubs */
@@ -41,7 +42,7 @@
 static uint64_t log_s[NLOG], log_l[NLOG];
 static unsigned int nlog;
 
-void mrmgr__mon_change_begin(uint64_t s, uint64_t l)
+static void log_change_begin(uint64_t s, uint64_t l)
 {
 	unsigned int i = __atomic_fetch_add(&nlog, 1, __ATOMIC_RELAXED) % NLOG;
 
@@ -49,38 +50,44 @@ void mrmgr__mon_change_begin(uint64_t s, uint64_t l)
 	log_l[i] = l;
 }
 
-void mrmgr__mon_change_end(uint64_t s, uint64_t l)
+static void log_change_end(uint64_t s, uint64_t l)
 {
-	mrmgr__mon_change_begin(s, l);
+	log_change_begin(s, l);
 }
 
 static unsigned int pushes_all;
 
-void mrmgr__mon_push(uint64_t s, uint64_t l)
+static void log_push(uint64_t s, uint64_t l)
 {
 	if (s == 0 && l == UINT64_MAX)
 		pushes_all++;
-	mrmgr__mon_change_begin(s, l);
+	log_change_begin(s, l);
 }
 
-uint64_t mrmgr__mon_queue_tail(void)
+static uint64_t log_queue_tail(void)
 {
 	return nlog;
 }
 
-void mrmgr__mon_filter_add(uint64_t s, uint64_t l)
+static void log_filter_add(uint64_t s, uint64_t l)
 {
 	(void)s;
 	(void)l;
 }
 
-int mrmgr__mon_queue_saw(uint64_t from, uint64_t s, uint64_t l)
+static int log_queue_saw(uint64_t from, uint64_t s, uint64_t l)
 {
 	for (uint64_t i = from; i < nlog; i++)
 		if (log_s[i % NLOG] <= l && log_l[i % NLOG] >= s)
 			return 1;
 	return 0;
 }
+
+static const struct mrmgr__icpt_sink sink = {
+	.begin = log_change_begin, .end = log_change_end, .push = log_push,
+	.filter_add = log_filter_add, .tail = log_queue_tail,
+	.saw = log_queue_saw,
+};
 
 void mrmgr__log(enum mrmgr_log_level lv, const char *fmt, ...)
 {
@@ -107,7 +114,7 @@ static int fails;
 static uint64_t mark;
 static int saw(const void *p, size_t l)
 {
-	return mrmgr__mon_queue_saw(mark, (uintptr_t)p, (uintptr_t)p + l - 1);
+	return log_queue_saw(mark, (uintptr_t)p, (uintptr_t)p + l - 1);
 }
 
 /* ------------------------------------------------------------ BTI */
@@ -411,6 +418,7 @@ int main(void)
 
 	int libc_bti = guarded_at((uintptr_t)munmap + 4, 0, 0);
 
+	mrmgr__icpt_bind(&sink);
 	err = mrmgr__patch_start();
 	printf("install: %s, targets %#x\n", strerror(err), mrmgr__patch_targets());
 	CHECK(err == 0);
@@ -464,7 +472,7 @@ int main(void)
 	memset(q, 1, 8 << 20);
 	mark = nlog;
 	free(q);
-	CHECK(mrmgr__mon_queue_saw(mark, cu, cu + (8 << 20) - 1));
+	CHECK(log_queue_saw(mark, cu, cu + (8 << 20) - 1));
 
 	id = shmget(IPC_PRIVATE, 4 * pg, IPC_CREAT | 0600);
 	if (id >= 0) {

@@ -1,8 +1,10 @@
 /*
  * A library that defines the memory calls itself and enters the kernel
  * with system calls of its own, as gperftools' tcmalloc does (its mmap,
- * mmap64, munmap, mremap, sbrk): linked ahead of libc, every call of the
- * program binds here and libc's patched entries never run.
+ * mmap64, munmap, mremap, sbrk), and the rest of the calls that release
+ * pages (madvise, posix_madvise, brk, shmat, shmdt) as a wrapper library
+ * could: linked ahead of libc, every call of the program binds here and
+ * libc's patched entries never run.
  * test_monitor_follow.c links it first; built again as
  * libforeign_late.so (-DFOREIGN_LATE: munmap only, and late_munmap()
  * calling it through its own call site), which that test loads later
@@ -15,6 +17,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <stddef.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -122,5 +125,40 @@ void *sbrk(intptr_t inc)
 	}
 	cur = now;
 	return (void *)old;
+}
+
+int madvise(void *a, size_t l, int adv)
+{
+	return (int)ret(raw(SYS_madvise, (long)a, (long)l, adv, 0, 0, 0));
+}
+
+/* Unlike glibc's (which ignores POSIX_MADV_DONTNEED), this one discards:
+ * the advice goes to the kernel as it is. */
+int posix_madvise(void *a, size_t l, int adv)
+{
+	long r = raw(SYS_madvise, (long)a, (long)l, adv, 0, 0, 0);
+
+	return r < 0 && r > -4096 ? (int)-r : 0;
+}
+
+int brk(void *a)
+{
+	long now = raw(SYS_brk, (long)a, 0, 0, 0, 0, 0);
+
+	if (now != (long)a) {
+		errno = ENOMEM;
+		return -1;
+	}
+	return 0;
+}
+
+void *shmat(int id, const void *a, int flg)
+{
+	return (void *)ret(raw(SYS_shmat, id, (long)a, flg, 0, 0, 0));
+}
+
+int shmdt(const void *a)
+{
+	return (int)ret(raw(SYS_shmdt, (long)a, 0, 0, 0, 0, 0));
 }
 #endif

@@ -1,6 +1,6 @@
 /*
- * The patch source's instruction decoders (lib/monitor/x86_decode.c,
- * a64_decode.c) against Capstone, a reference disassembler used by the
+ * The patch source's instruction decoders (lib/intercept/arch/x86_64/x86_decode.c,
+ * arch/aarch64/a64_decode.c) against Capstone, a reference disassembler used by the
  * tests only: every instruction of every exported function of the host's
  * libc.so.6, libibverbs.so.1 and libucs.so.0, and of every libc under the
  * libc matrix's cache (MRMGR_LIBC_CACHE, default /var/cache/mrmgr-libc:

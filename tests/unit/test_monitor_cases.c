@@ -839,6 +839,100 @@ Test(retry, descriptor_shortage_is_retried, .timeout = 60)
 	munmap(q, 64 * PAGE);
 }
 
+/* Fill the descriptor table up to a limit of 64; returns how many were
+ * opened (close them with unfill()). */
+static int fill_fds(int *fds, struct rlimit *saved)
+{
+	struct rlimit low;
+	int n = 0;
+
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, saved), 0);
+	low = *saved;
+	low.rlim_cur = 64;
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	while (n < 64 && (fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+		n++;
+	cr_assert_eq(errno, EMFILE);
+	return n;
+}
+
+static void unfill(int *fds, int n, const struct rlimit *saved)
+{
+	while (n)
+		close(fds[--n]);
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, saved), 0);
+}
+
+/*
+ * Issue 27 item 6: userfaultfd that met a full descriptor table starts
+ * when asked again, with no wait: the next cache created after the table
+ * is emptied gets a working source, and its gets are cached (uffd mode,
+ * and auto under a sanitizer, take this path).
+ */
+static void starts_when_asked_again(uint32_t mode)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = big;
+	mrmgr_cache_t *again;
+	struct rlimit rl;
+	char *p = map_rw(64 * PAGE, 1), *q = map_rw(64 * PAGE, 2);
+	char *o = map_rw(64 * PAGE, 3);
+	mrmgr_region_t *r;
+	int fds[64], n;
+
+	a.comp_mask |= MRMGR_CACHE_ATTR_MONITOR;
+	a.monitor = mode;
+	cr_assert_eq(mrmgr_sim_open(NULL, &f.ctx), 0);
+	cr_assert_eq(mrmgr_sim_alloc_pd(f.ctx, &f.pd), 0);
+	n = fill_fds(fds, &rl);
+	cr_assert_eq(mrmgr_cache_create(f.pd, &a, &f.cache), 0);
+	cr_assert_eq(mrmgr_get(f.cache, p, 64 * PAGE, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(sstats(f.ctx).live_mrs, 0, "nothing could watch it");
+	cr_assert_eq(minfo(f.cache).uffd_error, EMFILE, "uffd_error %d",
+		     minfo(f.cache).uffd_error);
+	unfill(fds, n, &rl);
+	cr_assert_eq(mrmgr_cache_create(f.pd, &a, &again), 0);
+	cr_assert(minfo(again).sources & MRMGR_MONITOR_SRC_UFFD,
+		  "userfaultfd runs once descriptors are back (error %d)",
+		  minfo(again).uffd_error);
+	cr_assert_eq(mrmgr_get(again, q, 64 * PAGE, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(sstats(f.ctx).live_mrs, 1, "cached by the new cache "
+		     "(unwatched %llu, cause %#x, error %d)",
+		     (unsigned long long)minfo(again).unwatched,
+		     minfo(again).unwatched_causes,
+		     minfo(again).unwatched_error);
+	/* The source is the process's: the first cache's next get has it
+	 * too, without waiting for its back-off. */
+	cr_assert_eq(mrmgr_get(f.cache, o, 64 * PAGE, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(sstats(f.ctx).live_mrs, 2, "cached by the first cache");
+	cr_assert_eq(mrmgr_cache_destroy(again), 0);
+	fx_close(&f);
+	munmap(p, 64 * PAGE);
+	munmap(q, 64 * PAGE);
+	munmap(o, 64 * PAGE);
+}
+
+Test(retry, uffd_after_full_table_starts_when_asked_again, .timeout = 60)
+{
+	starts_when_asked_again(MRMGR_MONITOR_UFFD);
+}
+
+#ifdef MRMGR_TEST_INTERNAL
+/* auto under a sanitizer takes userfaultfd (the patched libc steps
+ * aside): the same. The patch engine's test flag is internal (this
+ * suite's build against the internal library only). */
+#include "patch.h"
+
+Test(retry, auto_under_a_sanitizer_starts_when_asked_again, .timeout = 60)
+{
+	mrmgr__patch_test_flags |= MRMGR__PATCH_TEST_SANITIZER;
+	starts_when_asked_again(MRMGR_MONITOR_AUTO);
+}
+#endif
+
 /* ------------------------------------------------------------ what is lost */
 
 static int not_watched_warnings;

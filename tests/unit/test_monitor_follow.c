@@ -3,7 +3,7 @@
  * the process defines itself"): this program is linked with
  * libforeign_calls.so ahead of libc, which defines mmap, mmap64, munmap,
  * mremap and sbrk with system calls of its own, as gperftools' tcmalloc
- * does. Every change below goes through it (its call counter says so),
+ * does, and madvise, posix_madvise, brk, shmat and shmdt too. Every change below goes through it (its call counter says so),
  * and the default mode must follow it: the next get registers the pages
  * mapped now, checked on the simulated HCA's page identity. Before issue
  * 26 (03d73fe) these gets were hits on the old registration.
@@ -20,11 +20,13 @@
 #include <errno.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/shm.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "monitor_helpers.h"
+#include "intercept.h"
 #include "monitor.h"
 
 #define PAGE ((size_t)4096)
@@ -129,6 +131,27 @@ static void ch_mremap_shrink(char *p, size_t n)
 		     (void *)(p + n / 2));
 }
 
+static void ch_madvise(char *p, size_t n)
+{
+	cr_assert_eq(madvise(p, n, MADV_DONTNEED), 0);
+}
+
+static void ch_posix_madvise(char *p, size_t n)
+{
+	cr_assert_eq(posix_madvise(p, n, POSIX_MADV_DONTNEED), 0);
+}
+
+/* SysV memory attached over the cached pages (SHM_REMAP): the next get
+ * registers the segment's pages (uncached: shared memory). */
+static void ch_shmat_remap(char *p, size_t n)
+{
+	int id = shmget(IPC_PRIVATE, n, IPC_CREAT | 0600);
+
+	cr_assert_geq(id, 0);
+	cr_assert_eq(shmat(id, p, SHM_REMAP), (void *)p);
+	cr_assert_eq(shmctl(id, IPC_RMID, NULL), 0);
+}
+
 static void open_auto(struct fixture *f)
 {
 	need_identity();
@@ -159,7 +182,10 @@ Test(follow, found_and_said)
 	struct mrmgr_monitor_info mi;
 	const uint32_t want = MRMGR_MONITOR_CALL_MMAP | MRMGR_MONITOR_CALL_MMAP64 |
 			      MRMGR_MONITOR_CALL_MUNMAP | MRMGR_MONITOR_CALL_MREMAP |
-			      MRMGR_MONITOR_CALL_SBRK;
+			      MRMGR_MONITOR_CALL_MADVISE |
+			      MRMGR_MONITOR_CALL_POSIX_MADVISE |
+			      MRMGR_MONITOR_CALL_BRK | MRMGR_MONITOR_CALL_SBRK |
+			      MRMGR_MONITOR_CALL_SHMAT | MRMGR_MONITOR_CALL_SHMDT;
 
 	open_auto(&f);
 	mi = minfo(f.cache);
@@ -178,6 +204,67 @@ Test(follow, mmap_fixed_over) { run_change(ch_fixed, "mmap(MAP_FIXED)"); }
 Test(follow, mmap64_fixed_over) { run_change(ch_fixed64, "mmap64(MAP_FIXED)"); }
 Test(follow, mremap_move) { run_change(ch_mremap_move, "mremap move"); }
 Test(follow, mremap_shrink) { run_change(ch_mremap_shrink, "mremap shrink"); }
+Test(follow, madvise_dontneed) { run_change(ch_madvise, "madvise(MADV_DONTNEED)"); }
+Test(follow, posix_madvise_dontneed)
+{
+	run_change(ch_posix_madvise, "posix_madvise(POSIX_MADV_DONTNEED)");
+}
+Test(follow, shmat_remap) { run_change(ch_shmat_remap, "shmat(SHM_REMAP)"); }
+
+/* The library's own brk: the break lowered, then raised again. */
+Test(follow, brk_shrink)
+{
+	struct fixture f;
+	char *p;
+	mrmgr_region_t *r;
+	uint64_t hits;
+	unsigned long before = foreign_calls_made;
+
+	open_auto(&f);
+	p = (char *)syscall(SYS_brk, 0);
+	cr_assert_eq(brk(p + LEN), 0);
+	memset(p, 'a', LEN);
+	cr_assert_eq(mrmgr_get(f.cache, p, LEN, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(sstats(f.ctx).live_mrs, 1, "not cached");
+	cr_assert_eq(brk(p), 0);
+	cr_assert_eq(brk(p + LEN), 0);
+	memset(p, 'n', LEN);
+	hits = cstats(f.cache).hits;
+	cr_assert_eq(mrmgr_get(f.cache, p, LEN, RW, &r), 0);
+	cr_assert_eq(cstats(f.cache).hits, hits, "brk shrink not followed");
+	for (size_t off = 0; off < LEN; off += PAGE)
+		cr_assert_eq(write_page(&f, r, p + off, 'w'), 0, "stale at +%zu", off);
+	mrmgr_put(r);
+	cr_assert_gt(foreign_calls_made, before, "brk bypassed the library");
+	fx_close(&f);
+	(void)brk(p);
+}
+
+/*
+ * shmdt: shared memory is never cached, so what is followed is the
+ * change itself: both sides reach the monitor (its change count), as
+ * they must for a get in flight over the segment.
+ */
+Test(follow, shmdt)
+{
+	struct fixture f;
+	int id = shmget(IPC_PRIVATE, LEN, IPC_CREAT | 0600);
+	unsigned long before = foreign_calls_made;
+	uint64_t changes;
+	char *p;
+
+	open_auto(&f);
+	cr_assert_geq(id, 0);
+	p = shmat(id, NULL, 0);
+	cr_assert_neq(p, (void *)-1);
+	cr_assert_eq(shmctl(id, IPC_RMID, NULL), 0);
+	changes = minfo(f.cache).changes;
+	cr_assert_eq(shmdt(p), 0);
+	cr_assert_gt(minfo(f.cache).changes, changes, "shmdt not followed");
+	cr_assert_gt(foreign_calls_made, before, "shmdt bypassed the library");
+	fx_close(&f);
+}
 
 /* The library's own break: sbrk shrink, the heap grown back. */
 Test(follow, sbrk_shrink)
@@ -215,7 +302,8 @@ static void count(enum mrmgr_log_level l, const char *msg, void *arg)
 {
 	(void)arg;
 	said_info += l == MRMGR_LOG_INFO && strstr(msg, "defined outside libc") &&
-		     strstr(msg, "libforeign_calls.so: mmap, mmap64, munmap, mremap, sbrk") &&
+		     strstr(msg, "libforeign_calls.so: mmap, mmap64, munmap, "
+			    "mremap, madvise, posix_madvise, brk, sbrk, shmat, shmdt") &&
 		     strstr(msg, "followed");
 	said_warn += l == MRMGR_LOG_WARN;
 }

@@ -1,5 +1,5 @@
 /*
- * The release table (lib/monitor/release_table.h), one run per advice
+ * The release table (lib/intercept/release_table.h), one run per advice
  * value, for the interposer this program is built for: libc's patched
  * entries (test_release_table), or libmrmgr_hooks.so linked ahead of
  * libc (test_release_table_hooks, RELEASE_TABLE_HOOKS).

@@ -1,5 +1,6 @@
 /*
- * The one reader of the process's mappings (lib/os/vma.c): the
+ * The one reader of the process's mappings (lib/os/vma.c, the text through
+ * lib/os/maps.c, async-signal-safe): the
  * PROCMAP_QUERY ioctl and the /proc/self/maps text give the same
  * mappings with the same fields; the fields are the right ones for
  * anonymous, read-only, shared and private file memory; and the
@@ -16,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <sys/prctl.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -24,6 +27,7 @@
 
 #include <criterion/criterion.h>
 
+#include "maps.h"
 #include "procfs.h"
 #include "vma.h"
 
@@ -261,4 +265,91 @@ Test(vma, an_ioctl_answered_enosys_falls_back_to_the_text)
 					 NULL, NULL), MRMGR__VMA_ANON_PRIVATE);
 	cr_assert_eq(mrmgr__vma_uses_query(), 0);
 	munmap(p, 4 * PG);
+}
+
+/* ------------------------------------------------------------ maps.h */
+
+/* What a walk from a signal handler saw (only async-signal-safe work in
+ * the handler: the reader itself, stores to these). */
+static struct {
+	struct seen s;
+	struct layout *l;
+	int ret, errno_after, shm, shm_none;
+	uint64_t shm_at, shm_end;
+} sig;
+
+static void walk_in_handler(int signo)
+{
+	uint64_t end = 0;
+
+	(void)signo;
+	errno = 4242;
+	sig.ret = mrmgr__maps_walk(at(sig.l, 0), at(sig.l, 12) - 1, collect,
+				   &sig.s);
+	sig.shm = mrmgr__maps_shm_extent(sig.shm_at, &sig.shm_end);
+	sig.shm_none = mrmgr__maps_shm_extent(sig.shm_at + PG, &end);
+	sig.errno_after = errno;
+}
+
+/*
+ * The one reader, from a signal handler that interrupted the program
+ * (as a hook may run): the same mappings the ioctl-or-text walk sees,
+ * the segment attached at an address, and errno as it was.
+ */
+Test(maps, a_walk_from_a_signal_handler)
+{
+	struct layout l;
+	struct seen *ref = calloc(1, sizeof(*ref));
+	struct sigaction sa = { .sa_handler = walk_in_handler };
+	int id = shmget(IPC_PRIVATE, 3 * PG, IPC_CREAT | 0600);
+	char *shm;
+
+	cr_assert_not_null(ref);
+	cr_assert_geq(id, 0);
+	shm = shmat(id, NULL, 0);
+	cr_assert_neq(shm, (void *)-1);
+	cr_assert_eq(shmctl(id, IPC_RMID, NULL), 0);
+	layout_make(&l);
+	cr_assert_eq(mrmgr__vma_walk(at(&l, 0), at(&l, 12) - 1, 0, collect, ref), 0);
+	sig.l = &l;
+	sig.shm_at = (uintptr_t)shm;
+	cr_assert_eq(sigaction(SIGUSR1, &sa, NULL), 0);
+	cr_assert_eq(raise(SIGUSR1), 0);
+	cr_assert_eq(sig.ret, 0);
+	cr_assert_eq(sig.errno_after, 4242, "errno %d", sig.errno_after);
+	cr_assert_eq(sig.s.n, ref->n, "%zu mappings, %zu by the walk", sig.s.n,
+		     ref->n);
+	for (size_t i = 0; i < ref->n; i++) {
+		cr_assert_eq(sig.s.v[i].start, ref->v[i].start);
+		cr_assert_eq(sig.s.v[i].end, ref->v[i].end);
+		cr_assert_eq(sig.s.v[i].flags, ref->v[i].flags, "mapping %zu", i);
+		cr_assert_eq(sig.s.v[i].inode, ref->v[i].inode);
+		cr_assert_eq(sig.s.v[i].offset, ref->v[i].offset);
+	}
+	cr_assert_eq(sig.shm, 1);
+	cr_assert_eq(sig.shm_end, (uintptr_t)shm + 3 * PG);
+	cr_assert_eq(sig.shm_none, 0, "no segment begins inside one");
+	cr_assert_eq(shmdt(shm), 0);
+	layout_free(&l);
+	free(ref);
+}
+
+/* A segment mapped with different protections is several VMAs of one
+ * inode: the extent is the run, up to where another mapping begins. */
+Test(maps, a_segment_split_by_mprotect_is_one_extent)
+{
+	int id = shmget(IPC_PRIVATE, 4 * PG, IPC_CREAT | 0600);
+	char *shm;
+	uint64_t end = 0;
+
+	cr_assert_geq(id, 0);
+	shm = shmat(id, NULL, 0);
+	cr_assert_neq(shm, (void *)-1);
+	cr_assert_eq(shmctl(id, IPC_RMID, NULL), 0);
+	cr_assert_eq(mprotect(shm + PG, PG, PROT_READ), 0);
+	cr_assert_eq(mrmgr__maps_shm_extent((uintptr_t)shm, &end), 1);
+	cr_assert_eq(end, (uintptr_t)shm + 4 * PG);
+	cr_assert_eq(shmdt(shm), 0);
+	cr_assert_eq(mrmgr__maps_shm_extent((uintptr_t)shm, &end), 0,
+		     "nothing attached there any more");
 }

@@ -45,7 +45,6 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "monitor.h"
 #include "patch.h"
 
 #if MRMGR__PATCH_SUPPORTED
@@ -112,11 +111,11 @@ static int f_brk(uintptr_t next, void *a)
 	int rep = a && brk_range((uintptr_t)a, kernel_brk(), &s, &e), r, err;
 
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = ((int (*)(void *))next)(a);
 	err = errno;
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	errno = err;
 	return r;
 }
@@ -130,11 +129,11 @@ static void *f_sbrk(uintptr_t next, intptr_t inc)
 	void *r;
 
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = ((void *(*)(intptr_t))next)(inc);
 	err = errno;
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	errno = err;
 	return r;
 }
@@ -559,7 +558,7 @@ static void scan(void)
 	if (moved || nd != nd_before)
 		/* A call through a site before it was redirected went
 		 * unreported: every cache forgets what it holds. */
-		mrmgr__mon_push(0, UINT64_MAX);
+		mrmgr__icpt.push(0, UINT64_MAX);
 	if (F.calls != before || F.raw != raw_before || moved || F.err)
 		say();
 }

@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "monitor.h"
 #include "patch.h"
 
 #if MRMGR__PATCH_SUPPORTED
@@ -252,11 +251,11 @@ static void recover(uint32_t lost)
 	if (!err)
 		err = mrmgr__patch_selftest(&P.im);
 	__atomic_fetch_add(&P.overwrites, 1, __ATOMIC_RELEASE);
-	mrmgr__mon_push(0, UINT64_MAX);
+	mrmgr__icpt.push(0, UINT64_MAX);
 	P.flush_again = 1;
 	P.flush_at_ms = now_ms() + 10;
 	if (err) {
-		P.state = SRC_FAILED;
+		P.state = PATCH_FAILED;
 		P.err = err == ENOSPC || err == ENOENT ? err : ENOEXEC;
 		mrmgr__warn("monitor: another library overwrote libc's %s after "
 			    "libmrmgr patched it and cannot be chained (%s): the "
@@ -289,7 +288,7 @@ void mrmgr__patch_text_protected(uintptr_t a, size_t l)
 	if (mrmgr__likely(a >= text_hi || a + l <= lo || !lo))
 		return;
 	if (lost_sites())
-		mrmgr__mon_push(0, UINT64_MAX);
+		mrmgr__icpt.push(0, UINT64_MAX);
 }
 
 void mrmgr__patch_set_text_range(void)
@@ -318,7 +317,7 @@ void mrmgr__patch_check(void)
 
 	if (mrmgr__unlikely(P.flush_again) && now_ms() >= P.flush_at_ms) {
 		P.flush_again = 0;
-		mrmgr__mon_push(0, UINT64_MAX);
+		mrmgr__icpt.push(0, UINT64_MAX);
 	}
 	if (mrmgr__unlikely(lost))
 		recover(lost);

@@ -27,7 +27,7 @@
 #include <sys/shm.h>
 #include <sys/syscall.h>
 
-#include "monitor.h"
+#include "maps.h"
 #include "patch.h"
 #include "release_table.h"
 
@@ -115,10 +115,10 @@ static int hook_munmap(void *a, size_t l)
 
 	probe(MRMGR__PT_MUNMAP);
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = SYS2(SYS_munmap, a, l);
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	return is_err(r) ? (int)set_errno(r) : (int)r;
 }
 
@@ -146,15 +146,15 @@ static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags,
 		     !!(flags & (MREMAP_MAYMOVE | MREMAP_FIXED |
 				 MREMAP_DONTUNMAP)), sp, rep);
 	if (rep[0])
-		mrmgr__mon_change_begin(sp[0], sp[1]);
+		mrmgr__icpt.begin(sp[0], sp[1]);
 	if (rep[1])
-		mrmgr__mon_change_begin(sp[2], sp[3]);
+		mrmgr__icpt.begin(sp[2], sp[3]);
 	r = mrmgr__patch_sys(SYS_mremap, (long)old, (long)old_len,
 			     (long)new_len, flags, (long)dest, 0);
 	if (rep[0])
-		mrmgr__mon_change_end(sp[0], sp[1]);
+		mrmgr__icpt.end(sp[0], sp[1]);
 	if (rep[1])
-		mrmgr__mon_change_end(sp[2], sp[3]);
+		mrmgr__icpt.end(sp[2], sp[3]);
 	return is_err(r) ? (set_errno(r), MAP_FAILED) : (void *)r;
 }
 
@@ -166,10 +166,10 @@ static int hook_madvise(void *a, size_t l, int adv)
 
 	probe(MRMGR__PT_MADVISE);
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = SYS3(SYS_madvise, a, l, adv);
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	return is_err(r) ? (int)set_errno(r) : (int)r;
 }
 
@@ -190,10 +190,10 @@ static void *hook_mmap(void *a, size_t l, int prot, int flags, int fd,
 	if (mrmgr__mmap_releases(flags))
 		rep = span((uintptr_t)a, l, &s, &e);
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = mrmgr__patch_sys(SYS_mmap, (long)a, (long)l, prot, flags, fd, off);
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	return is_err(r) ? (set_errno(r), MAP_FAILED) : (void *)r;
 }
 
@@ -222,11 +222,11 @@ static int hook_brk(void *a)
 	if (want && want < cur)
 		rep = span(want, cur - want, &s, &e);
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = mrmgr__patch_sys(SYS_brk, (long)a, 0, 0, 0, 0, 0);
 	*mrmgr__patch_curbrk = (void *)r;
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	if ((uintptr_t)r < want) {
 		errno = ENOMEM;
 		return -1;
@@ -263,10 +263,10 @@ static void *hook_shmat(int id, const void *a, int flg)
 	if (mrmgr__shmat_releases(flg) && a)
 		rep = shmat_range(id, a, flg, &s, &e);
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = SYS3(SYS_shmat, id, a, flg);
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	return is_err(r) ? (set_errno(r), (void *)-1) : (void *)r;
 }
 
@@ -282,99 +282,19 @@ static int hook_mprotect(void *a, size_t l, int prot)
 }
 
 /* Parse one hex number; p moves past it. */
-static uint64_t hex(const char **p, const char *end)
-{
-	uint64_t v = 0;
-
-	for (; *p < end; (*p)++) {
-		char c = **p;
-
-		if (c >= '0' && c <= '9')
-			v = v << 4 | (uint64_t)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			v = v << 4 | (uint64_t)(c - 'a' + 10);
-		else
-			break;
-	}
-	return v;
-}
-
-static uint64_t dec_field(const char *p, const char *end, int skip)
-{
-	uint64_t v = 0;
-
-	/* skip: the number of space-separated fields before the one wanted */
-	for (; p < end && skip; p++)
-		if (*p == ' ' && p + 1 < end && p[1] != ' ')
-			skip--;
-	for (; p < end && *p >= '0' && *p <= '9'; p++)
-		v = v * 10 + (uint64_t)(*p - '0');
-	return v;
-}
-
 /*
- * The segment attached at a: the run of VMAs of one inode starting at a,
- * read from /proc/self/maps with raw system calls into a stack buffer.
- * 1 and [a, *last], 0 when nothing is attached there, -1 when it cannot
- * be told.
+ * The segment attached at a (os/maps.h, async-signal-safe): 1 and
+ * [a, *last], 0 when nothing is attached there, -1 when it cannot be
+ * told.
  */
 static int shm_extent(uintptr_t a, uint64_t *last)
 {
-	char buf[2048];
-	size_t have = 0;
-	uint64_t end = 0, inode = 0;
-	int found = 0, ret = -1;
-	long fd = mrmgr__patch_sys(SYS_openat, AT_FDCWD, (long)"/proc/self/maps",
-				   O_RDONLY | O_CLOEXEC, 0, 0, 0);
+	uint64_t end;
+	int k = mrmgr__maps_shm_extent(a, &end);
 
-	if (is_err(fd))
-		return -1;
-	for (;;) {
-		long n = SYS3(SYS_read, fd, buf + have, sizeof(buf) - have);
-		const char *line = buf, *nl, *stop;
-
-		if (is_err(n) || n == 0) {
-			ret = is_err(n) ? -1 : found;
-			break;
-		}
-		have += (size_t)n;
-		stop = buf + have;
-		for (;;) {
-			const char *p = line;
-			uint64_t s, e, ino;
-
-			for (nl = line; nl < stop && *nl != '\n'; nl++)
-				;
-			if (nl == stop)
-				break;
-			s = hex(&p, nl);
-			p++;
-			e = hex(&p, nl);
-			/* perms offset dev inode: the inode is 4 fields on */
-			ino = dec_field(p, nl, 4);
-			if (!found && s == a) {
-				found = 1;
-				end = e;
-				inode = ino;
-			} else if (found && (s != end || ino != inode)) {
-				ret = 1;
-				goto out;
-			} else if (found) {
-				end = e;
-			}
-			line = nl + 1;
-		}
-		have = (size_t)(stop - line);
-		for (size_t i = 0; i < have; i++)
-			buf[i] = line[i];
-		if (have == sizeof(buf))
-			have = 0; /* an absurdly long line: drop it */
-	}
-out:
-	SYS2(SYS_close, fd, 0);
-	if (found)
+	if (k > 0)
 		*last = end - 1;
-	return ret;
+	return k;
 }
 
 static int hook_shmdt(const void *a)
@@ -386,10 +306,10 @@ static int hook_shmdt(const void *a)
 	probe(MRMGR__PT_SHMDT);
 	k = shm_extent((uintptr_t)a, &e);
 	if (k) /* -1: cannot tell, report everything from a on */
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = SYS2(SYS_shmdt, a, 0);
 	if (k)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	return is_err(r) ? (int)set_errno(r) : (int)r;
 }
 
@@ -414,11 +334,11 @@ static inline int chain_munmap(uintptr_t next, void *a, size_t l)
 
 	probe(MRMGR__PT_MUNMAP);
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = NEXT(MRMGR__PT_MUNMAP, int (*)(void *, size_t))(a, l);
 	err = errno;
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	errno = err;
 	return r;
 }
@@ -435,17 +355,17 @@ static inline void *chain_mremap(uintptr_t next, void *old, size_t old_len, size
 	 * to refuse, and report the whole old range meanwhile. */
 	mremap_spans(old, old_len, new_len, flags, dest, flags != 0, sp, rep);
 	if (rep[0])
-		mrmgr__mon_change_begin(sp[0], sp[1]);
+		mrmgr__icpt.begin(sp[0], sp[1]);
 	if (rep[1])
-		mrmgr__mon_change_begin(sp[2], sp[3]);
+		mrmgr__icpt.begin(sp[2], sp[3]);
 	/* Variadic in glibc: dest travels as the variadic argument. */
 	r = NEXT(MRMGR__PT_MREMAP, void *(*)(void *, size_t, size_t, int, ...))(
 		old, old_len, new_len, flags, dest);
 	err = errno;
 	if (rep[0])
-		mrmgr__mon_change_end(sp[0], sp[1]);
+		mrmgr__icpt.end(sp[0], sp[1]);
 	if (rep[1])
-		mrmgr__mon_change_end(sp[2], sp[3]);
+		mrmgr__icpt.end(sp[2], sp[3]);
 	errno = err;
 	return r;
 }
@@ -458,11 +378,11 @@ static inline int chain_madvise(uintptr_t next, void *a, size_t l, int adv)
 
 	probe(MRMGR__PT_MADVISE);
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = NEXT(MRMGR__PT_MADVISE, int (*)(void *, size_t, int))(a, l, adv);
 	err = errno;
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	errno = err;
 	return r;
 }
@@ -476,12 +396,12 @@ static inline void *chain_mmap(uintptr_t next, void *a, size_t l, int prot, int 
 
 	probe(MRMGR__PT_MMAP);
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = NEXT(MRMGR__PT_MMAP, void *(*)(void *, size_t, int, int, int, long))(
 		a, l, prot, flags, fd, off);
 	err = errno;
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	errno = err;
 	return r;
 }
@@ -512,11 +432,11 @@ static inline int chain_brk(uintptr_t next, void *a)
 	if (want && want < cur)
 		rep = span(want, cur - want, &s, &e);
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = NEXT(MRMGR__PT_BRK, int (*)(void *))(a);
 	err = errno;
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	errno = err;
 	return r;
 }
@@ -538,11 +458,11 @@ static inline void *chain_sbrk(uintptr_t next, intptr_t inc)
 	if (inc < 0 && (uintptr_t)-inc <= cur)
 		rep = span(cur + (uintptr_t)inc, (uintptr_t)-inc, &s, &e);
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = NEXT(MRMGR__PT_SBRK, void *(*)(intptr_t))(inc);
 	err = errno;
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	errno = err;
 	return r;
 }
@@ -557,11 +477,11 @@ static inline void *chain_shmat(uintptr_t next, int id, const void *a, int flg)
 	if (mrmgr__shmat_releases(flg) && a)
 		rep = shmat_range(id, a, flg, &s, &e);
 	if (rep)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = NEXT(MRMGR__PT_SHMAT, void *(*)(int, const void *, int))(id, a, flg);
 	err = errno;
 	if (rep)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	errno = err;
 	return r;
 }
@@ -574,11 +494,11 @@ static inline int chain_shmdt(uintptr_t next, const void *a)
 	probe(MRMGR__PT_SHMDT);
 	k = shm_extent((uintptr_t)a, &e);
 	if (k)
-		mrmgr__mon_change_begin(s, e);
+		mrmgr__icpt.begin(s, e);
 	r = NEXT(MRMGR__PT_SHMDT, int (*)(const void *))(a);
 	err = errno;
 	if (k)
-		mrmgr__mon_change_end(s, e);
+		mrmgr__icpt.end(s, e);
 	errno = err;
 	return r;
 }

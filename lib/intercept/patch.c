@@ -48,7 +48,6 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "monitor.h"
 #include "patch.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -64,7 +63,7 @@ struct mrmgr__patch_globals mrmgr__patch_g;
 int mrmgr__patch_state(int *err)
 {
 	if (err)
-		*err = P.state == SRC_ACTIVE ? 0 : P.err;
+		*err = P.state == PATCH_ACTIVE ? 0 : P.err;
 	return P.state;
 }
 
@@ -425,10 +424,10 @@ int mrmgr__patch_selftest(const struct mrmgr__patch_image *im)
 			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
 	       : MAP_FAILED;
 	if (m != MAP_FAILED) {
-		from = mrmgr__mon_queue_tail();
-		mrmgr__mon_filter_add((uintptr_t)m, (uintptr_t)m + pg - 1);
+		from = mrmgr__icpt.tail();
+		mrmgr__icpt.filter_add((uintptr_t)m, (uintptr_t)m + pg - 1);
 		ok &= p_munmap(m, pg) == 0 &&
-		      mrmgr__mon_queue_saw(from, (uintptr_t)m, (uintptr_t)m + pg - 1);
+		      mrmgr__icpt.saw(from, (uintptr_t)m, (uintptr_t)m + pg - 1);
 	} else {
 		ok = 0;
 	}
@@ -440,12 +439,12 @@ int mrmgr__patch_selftest(const struct mrmgr__patch_image *im)
 
 		if (c) {
 			__atomic_store_n(&mrmgr__patch_probe_seen, 0, __ATOMIC_SEQ_CST);
-			from = mrmgr__mon_queue_tail();
-			mrmgr__mon_filter_add((uintptr_t)c, (uintptr_t)c + n - 1);
+			from = mrmgr__icpt.tail();
+			mrmgr__icpt.filter_add((uintptr_t)c, (uintptr_t)c + n - 1);
 			free(c);
 			seen = __atomic_load_n(&mrmgr__patch_probe_seen, __ATOMIC_SEQ_CST);
 			ok &= (seen & (1u << MRMGR__PT_MUNMAP)) &&
-			      mrmgr__mon_queue_saw(from, (uintptr_t)c, (uintptr_t)c + n - 1);
+			      mrmgr__icpt.saw(from, (uintptr_t)c, (uintptr_t)c + n - 1);
 		}
 	}
 	__atomic_store_n(&mrmgr__patch_probe_on, 0, __ATOMIC_SEQ_CST);
@@ -551,7 +550,7 @@ int mrmgr__patch_test_toggle(void)
 {
 	int err = 0;
 
-	if (P.state != SRC_ACTIVE)
+	if (P.state != PATCH_ACTIVE)
 		return EINVAL;
 	for (int t = MRMGR__PT_COUNT - 1; t >= 0 && !err; t--)
 		err = P.site[t].fn ? mrmgr__patch_apply(t, 1) : 0;
@@ -564,10 +563,10 @@ int mrmgr__patch_start(void)
 {
 	const char *why = NULL, *tool;
 
-	if (P.state == SRC_ACTIVE)
+	if (P.state == PATCH_ACTIVE)
 		mrmgr__patch_check();
-	if (P.state != SRC_UNTRIED)
-		return P.state == SRC_ACTIVE ? 0 : P.err;
+	if (P.state != PATCH_UNTRIED)
+		return P.state == PATCH_ACTIVE ? 0 : P.err;
 	tool = tool_in_process();
 	if (tool) {
 		P.err = EOPNOTSUPP;
@@ -575,7 +574,7 @@ int mrmgr__patch_start(void)
 	} else {
 		P.err = install(&why);
 	}
-	P.state = P.err ? SRC_FAILED : SRC_ACTIVE;
+	P.state = P.err ? PATCH_FAILED : PATCH_ACTIVE;
 	if (P.err == EOPNOTSUPP && mrmgr__patch_sanitizer())
 		/* Expected: the mode decides what replaces it and says so
 		 * (monitor.c). */
@@ -606,8 +605,8 @@ int mrmgr__patch_test_toggle(void)
 
 int mrmgr__patch_start(void)
 {
-	if (P.state == SRC_UNTRIED) {
-		P.state = SRC_FAILED;
+	if (P.state == PATCH_UNTRIED) {
+		P.state = PATCH_FAILED;
 		P.err = ENOSYS;
 		mrmgr__warn("monitor: libc patching is not supported on this "
 			    "architecture; other sources are used");

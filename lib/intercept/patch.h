@@ -24,6 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compiler.h"
+#include "intercept.h"
+
 /* The functions redirected, in install order. */
 enum mrmgr__patch_target {
 	MRMGR__PT_MUNMAP = 0,
@@ -47,19 +50,8 @@ enum mrmgr__patch_target {
 
 /* ------------------------------------------------------------ source */
 
-/* Start the source (mrmgr__mon_lock held): 0, or why it is not used
- * (then libc is as it was and one warning was logged when that is
- * unexpected). Cheap after the first call. */
-int mrmgr__patch_start(void);
-/* enum mrmgr__src_state; *err: why not (0 when active). */
-int mrmgr__patch_state(int *err);
-/* Bit (1 << enum mrmgr__patch_target) for each function redirected now. */
-uint32_t mrmgr__patch_targets(void);
-/* Of those, the ones whose hook calls another patcher's code (chained). */
-uint32_t mrmgr__patch_chained(void);
-/* Times another patcher overwrote our entry points after we installed
- * (each time: "everything changed" pushed, chained again on top). */
-uint32_t mrmgr__patch_overwrites(void);
+/* Where the engine is in starting (patch_state() says it to its user). */
+enum mrmgr__patch_state { PATCH_UNTRIED = 0, PATCH_ACTIVE, PATCH_FAILED };
 
 /* Test hooks (unit tests set them before the first cache). */
 enum mrmgr__patch_test_flags {

@@ -1,0 +1,103 @@
+/*
+ * Event sources as tables: what tells the monitor that memory changed.
+ * One table per source (userfaultfd, the patched libc, libmrmgr_hooks.so,
+ * the program's own notifications); a mode is an ordered list of them.
+ * doc/design/sources.md says how to add one and the contract it keeps.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef MRMGR__SOURCE_H
+#define MRMGR__SOURCE_H
+
+#include <stdint.h>
+
+struct mrmgr__mon_cache;
+struct mrmgr__watch_tx;
+struct mrmgr_monitor_info;
+
+/* Memory kinds a source covers (host virtual memory is kind one). */
+#define MRMGR__SRC_KIND_HOST_VA (1u << 0)
+
+/* What a source sees. */
+enum mrmgr__src_covers {
+	MRMGR__SRC_SEES_CALLS = 1u << 0,  /* the program's memory calls */
+	MRMGR__SRC_SEES_RAW = 1u << 1,    /* raw system calls too (the kernel
+					   * reports, whoever makes them) */
+	MRMGR__SRC_PROMISED = 1u << 2,    /* nothing: the program reports */
+};
+
+struct mrmgr__mon_source {
+	const char *name;       /* for logs */
+	const char *label;      /* in the no-source warning */
+	uint32_t report_bit;    /* MRMGR_MONITOR_SRC_* when it is relied on */
+	uint32_t mem_kinds;     /* MRMGR__SRC_KIND_* */
+	uint32_t vma_kinds;     /* 1u << enum mrmgr__vma_kind it may vouch for */
+	uint32_t covers;        /* enum mrmgr__src_covers */
+	/*
+	 * 0 once delivering (idempotent), else why not; mrmgr__mon_lock
+	 * held. asked: a cache is being created, so a failure for a passing
+	 * cause (descriptors, memory) is tried again now, not after the
+	 * back-off a get waits for.
+	 */
+	int (*start)(int asked);
+	/* Whether it delivers now, without starting it (reports). */
+	int (*active)(void);
+	/* 2: begin and end of every change (the change protocol, change.c);
+	 * 1: one side only. A property of the source, known unstarted. */
+	int (*sides)(void);
+	/* Cover [start, last] for a get (watch.c's contract), 0 or errno.
+	 * NULL: the program promised (nothing is looked at). */
+	int (*watch)(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
+		     uint64_t start, uint64_t last);
+	/* In a fork child, before its first cache call (NULL: nothing). */
+	void (*fork_child)(void);
+	/* Fill its part of the report (process-wide); listed: the cache's
+	 * mode lists this source. */
+	void (*report)(struct mrmgr_monitor_info *mi, int listed);
+	/* Why it does not run, for the no-source warning; err: what its
+	 * start returned in this attempt (0: not tried). */
+	const char *(*why_not)(int err, int listed);
+};
+
+/* One entry of a mode's list: the source, and when it applies (NULL:
+ * always); note runs once, the first time it started because of when. */
+struct mrmgr__mon_use {
+	const struct mrmgr__mon_source *src;
+	int (*when)(void);
+	void (*note)(void);
+};
+
+#define MRMGR__MON_MAX_USES 4
+
+struct mrmgr__mon_mode {
+	const char *name;
+	/* The program takes responsibility (external reports, none promises
+	 * nothing changes): every range is covered without looking. */
+	int promised;
+	void (*announce)(void); /* said at each cache creation, or NULL */
+	unsigned int n;
+	struct mrmgr__mon_use use[MRMGR__MON_MAX_USES];
+};
+
+/* The list a public enum mrmgr_monitor_mode value means (sources.c). */
+const struct mrmgr__mon_mode *mrmgr__mon_mode_of(uint32_t mode);
+
+/*
+ * The source a get relies on for mode (mon lock held): the first listed
+ * one that sees both sides and starts, else the first one-sided that
+ * starts, those that see raw system calls first. NULL: none.
+ */
+const struct mrmgr__mon_source *
+mrmgr__mon_pick(const struct mrmgr__mon_mode *mm);
+
+/* Every source, for fork children and reports. */
+extern const struct mrmgr__mon_source mrmgr__src_patch, mrmgr__src_hooks,
+	mrmgr__src_uffd, mrmgr__src_external;
+
+/* The watch operations sources share (watch.c). */
+int mrmgr__watch_trusted(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
+			 uint64_t start, uint64_t last);
+int mrmgr__watch_uffd(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
+		      uint64_t start, uint64_t last);
+
+#endif /* MRMGR__SOURCE_H */
