@@ -97,6 +97,7 @@ syscalls() {
 for how in query text; do
 	arg=
 	[ "$how" = text ] && arg=text
+	# shellcheck disable=SC2046 # three numbers from each run, split on purpose
 	set -- $(syscalls 10000 $arg) $(syscalls 20000 $arg)
 	if [ "$3" != 0 ] || [ "$6" != 0 ]; then
 		echo "FAIL  system calls per miss ($how): $3 / $6 gets unwatched (not the default configuration's caching)"
