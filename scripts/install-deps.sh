@@ -9,10 +9,11 @@
 # (tests/rxe/odp-tier.sh). clang and its runtime (libFuzzer, ASan, UBSan)
 # build the fuzz targets in tests/fuzz/. The allocators (and scudo, in
 # libclang-rt-14-dev) are the allocator matrix's (scripts/ci-allocators.sh).
+# valgrind and strace count the costs tests/perf/check-costs.sh bounds.
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config
       libibverbs-dev ibverbs-providers librdmacm-dev libcriterion-dev
-      doxygen valgrind clang
+      doxygen valgrind strace clang
       qemu-system-x86 busybox-static cpio kmod xz-utils iproute2
       abigail-tools libucx-dev gnuplot-nox
       clang libclang-rt-14-dev

@@ -3,7 +3,9 @@
 #  1. a -Werror build and `make check` (unit tests on the simulated HCA,
 #     the pkg-config consumer, the exported-symbol baseline), and the
 #     library under ThreadSanitizer with a stress driver (`make check-tsan`),
-#     the libc patch engine on aarch64 under qemu-user (`make check-aarch64`);
+#     the libc patch engine on aarch64 under qemu-user (`make check-aarch64`),
+#     the deterministic costs against their bounds (`make check-costs`:
+#     callgrind instructions per hit and miss, strace system calls per miss);
 #  2. the ABI baseline (abidiff), `make distcheck`, `make doc`, and from
 #     distcheck's tarball (scripts/ci-packages.sh): scripts/release.sh and
 #     its SHA-256, the RPMs (rpmbuild, payload, rpmlint) and the Debian
@@ -38,6 +40,8 @@ if ! make -s check; then
 	cat test-suite.log >&2 || true
 	exit 1
 fi
+step "deterministic costs: instructions per hit and per miss, system calls per miss (make check-costs)"
+make -s check-costs
 step "ThreadSanitizer stress"
 make -s check-tsan
 step "libc patch engine on aarch64 (cross-compiled, qemu-user)"

@@ -94,6 +94,21 @@ void mrmgr__mon_filter_add(uint64_t start, uint64_t last);
 void mrmgr__mon_filter_span(uint64_t start, uint64_t last, uint64_t *lo,
 			   uint64_t *hi);
 
+/*
+ * The chunks around [start, last] whose bits are set now, as one span
+ * [*lo, *hi] (whole chunks, up to 8 GiB each way; everything while the
+ * filter holds all). Bits are never cleared, so a change anywhere in it
+ * from this call on is reported: what a VMA query made after this call
+ * shows there stays true until an event says otherwise. Call after
+ * filter_add(start, last).
+ */
+void mrmgr__mon_filter_run(uint64_t start, uint64_t last, uint64_t *lo,
+			   uint64_t *hi);
+/* filter_add() of the part of [vs, vl] nearest [start, last], short of
+ * what would make the filter hold everything (FILTER_WIDE). */
+void mrmgr__mon_filter_widen(uint64_t start, uint64_t last, uint64_t vs,
+			     uint64_t vl);
+
 /* A subscriber's monitor state (one per cache); under the subscriber's
  * lock. */
 struct mrmgr__mon_cache {

@@ -74,6 +74,8 @@ uint64_t mrmgr__mon_notify_events;
 #define FILTER_SHIFT 21
 #define FILTER_BITS 65536u
 #define FILTER_WIDE 512u
+/* How far filter_run() looks each way, in chunks (8 GiB). */
+#define FILTER_RUN 4096u
 static uint64_t filter[FILTER_BITS / 64];
 static int filter_all;
 
@@ -102,6 +104,81 @@ void mrmgr__mon_filter_span(uint64_t start, uint64_t last, uint64_t *lo,
 
 	*lo = start & ~mask;
 	*hi = last | mask;
+}
+
+/* Chunks set from chunk c upwards (down: downwards), at most max. */
+static uint64_t run_up(uint64_t c, uint64_t max)
+{
+	uint64_t n = 0;
+
+	while (n < max) {
+		unsigned int b = (unsigned int)((c + n) % FILTER_BITS);
+		uint64_t w = ~__atomic_load_n(&filter[b / 64], __ATOMIC_ACQUIRE) >>
+			     (b % 64);
+
+		if (w) {
+			n += (uint64_t)__builtin_ctzll(w);
+			break;
+		}
+		n += 64 - b % 64;
+	}
+	return n < max ? n : max;
+}
+
+static uint64_t run_down(uint64_t c, uint64_t max)
+{
+	uint64_t n = 0;
+
+	while (n < max) {
+		unsigned int b = (unsigned int)((c - n) % FILTER_BITS);
+		uint64_t w = ~__atomic_load_n(&filter[b / 64], __ATOMIC_ACQUIRE) <<
+			     (63 - b % 64);
+
+		if (w) {
+			n += (uint64_t)__builtin_clzll(w);
+			break;
+		}
+		n += b % 64 + 1;
+	}
+	return n < max ? n : max;
+}
+
+void mrmgr__mon_filter_run(uint64_t start, uint64_t last, uint64_t *lo,
+			   uint64_t *hi)
+{
+	uint64_t c0 = start >> FILTER_SHIFT, c1 = last >> FILTER_SHIFT;
+	uint64_t top = UINT64_MAX >> FILTER_SHIFT;
+
+	if (__atomic_load_n(&filter_all, __ATOMIC_ACQUIRE)) {
+		*lo = 0;
+		*hi = UINT64_MAX;
+		return;
+	}
+	if (c0)
+		c0 -= run_down(c0 - 1, c0 < FILTER_RUN ? c0 : FILTER_RUN);
+	if (c1 < top)
+		c1 += run_up(c1 + 1, top - c1 < FILTER_RUN ? top - c1 : FILTER_RUN);
+	*lo = c0 << FILTER_SHIFT;
+	*hi = (c1 << FILTER_SHIFT) | (((uint64_t)1 << FILTER_SHIFT) - 1);
+}
+
+void mrmgr__mon_filter_widen(uint64_t start, uint64_t last, uint64_t vs,
+			     uint64_t vl)
+{
+	uint64_t c0 = start >> FILTER_SHIFT, c1 = last >> FILTER_SHIFT;
+	uint64_t pad, lo, hi;
+
+	if (c1 - c0 + 1 >= FILTER_WIDE - 1)
+		return;
+	pad = (FILTER_WIDE - 1 - (c1 - c0 + 1)) / 2;
+	lo = c0 > pad ? (c0 - pad) << FILTER_SHIFT : 0;
+	hi = ((c1 + pad) << FILTER_SHIFT) | (((uint64_t)1 << FILTER_SHIFT) - 1);
+	if (vs > lo)
+		lo = vs;
+	if (vl < hi)
+		hi = vl;
+	if (lo <= hi)
+		mrmgr__mon_filter_add(lo, hi);
 }
 
 static int filter_may_hold(uint64_t start, uint64_t last)

@@ -425,12 +425,16 @@ int mrmgr__watch_uffd(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
  * the hooks): it vouches for anonymous private memory.
  *
  * The known extent is the part of the VMAs' extent inside the filter's
- * chunks of the request (set before the classification, so a change
- * there from then on is pushed, and drained after known_add(): the
- * cache's lock is held from its last drain). The whole extent would
- * outlive a change the filter drops, in a chunk nothing was cached in:
- * a file or shared mapping put there later was trusted as anonymous
- * memory (test_monitor_window.c, suite filter). Never shared
+ * run of set chunks around the request, read before the classification
+ * (bits are never cleared, so a change there from then on is pushed,
+ * and drained after known_add(): the cache's lock is held from its last
+ * drain). The whole extent would outlive a change the filter drops, in
+ * a chunk nothing was cached in: a file or shared mapping put there
+ * later was trusted as anonymous memory (test_monitor_window.c, suite
+ * filter). After the query the filter widens over the extent (up to
+ * 1 GiB), so the next miss elsewhere in the VMA queries once more and
+ * then knows the whole of it: a VMA costs a query or two, not one per
+ * 2 MiB chunk (doc/perf.md, the miss churn). Never shared
  * memory (another process changes it), never a private file mapping:
  * truncating the file, from any process, zaps even the private copies
  * (truncate_pagecache() unmaps COWed pages too), and no call of ours
@@ -446,15 +450,19 @@ int mrmgr__watch_trusted(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
 	if (k) {
 		kind = (int)k->kind;
 	} else {
+		uint64_t lo, hi;
+
+		/* Only what the filter held before the query: a change
+		 * elsewhere in the extent may be dropped by it, and a file
+		 * or shared mapping put there would be trusted. */
+		mrmgr__mon_filter_run(s, l, &lo, &hi);
 		kind = mrmgr__vma_classify(s, l, &vs, &vl);
 		if (kind == MRMGR__VMA_ANON_PRIVATE) {
-			uint64_t lo, hi;
-
-			/* Only what the filter holds: a change elsewhere in
-			 * the extent may be dropped by it, and a file or
-			 * shared mapping put there would be trusted. */
-			mrmgr__mon_filter_span(s, l, &lo, &hi);
 			known_add(m, vs > lo ? vs : lo, vl < hi ? vl : hi, kind);
+			/* So that the next query in this VMA vouches for
+			 * more of it: one query per VMA, not per chunk. */
+			if (vs < lo || vl > hi)
+				mrmgr__mon_filter_widen(s, l, vs, vl);
 		}
 	}
 	if (kind != MRMGR__VMA_ANON_PRIVATE)

@@ -274,3 +274,61 @@ Test(filter, known_extent_outlives_a_filtered_change)
 	close(fd);
 	munmap(raw, 48 * MiB);
 }
+
+/*
+ * The known extent grows over a VMA only as far as the filter held
+ * before each query: misses in chunks 0, 200 and 400 of a 1.5 GiB VMA
+ * (the filter widening after each query) leave chunk 700 unfiltered, so
+ * a private file mapping put there, with no event, is still asked about
+ * and not trusted as anonymous memory.
+ */
+Test(filter, known_extent_grows_only_over_filtered_chunks)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = {
+		.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES | MRMGR_CACHE_ATTR_MONITOR,
+		.max_bytes = 1ull << 32, .monitor = MRMGR_MONITOR_AUTO,
+	};
+	const size_t chunk = 2 * MiB, span = 770 * chunk;
+	static const unsigned int at[] = { 0, 200, 400 };
+	char path[] = "/tmp/mrmgr-window-XXXXXX";
+	mrmgr_region_t *r;
+	char *raw, *x, *pg;
+	int fd;
+
+	need_identity();
+	fx_open(&f, NULL, &a);
+	if (!(minfo(f.cache).sources & MRMGR_MONITOR_SRC_PATCH))
+		cr_skip_test("the default mode's patched libc is not in force");
+	raw = mmap(NULL, span, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	cr_assert_neq(raw, MAP_FAILED);
+	x = (char *)(((uintptr_t)raw + chunk - 1) & ~(uintptr_t)(chunk - 1));
+	pg = x + 700 * chunk + 16 * PAGE;
+	memset(pg, 's', PAGE);
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	unlink(path);
+	cr_assert_eq(ftruncate(fd, PAGE), 0);
+
+	for (unsigned int i = 0; i < MRMGR__ARRAY_SIZE(at); i++) {
+		memset(x + at[i] * chunk, 's', PAGE);
+		cr_assert_eq(mrmgr_get(f.cache, x + at[i] * chunk, PAGE, RW, &r), 0);
+		mrmgr_put(r);
+	}
+	cr_assert_eq(munmap(pg, PAGE), 0);
+	cr_assert_eq(mmap(pg, PAGE, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_FIXED_NOREPLACE, fd, 0), (void *)pg);
+	memset(pg, 'p', PAGE);
+	cr_assert_eq(get_write(&f, pg, PAGE, pg, 'x'), 0);
+	cr_assert(minfo(f.cache).unwatched_causes & MRMGR_MONITOR_UNWATCHED_FILE,
+		  "a private file mapping was trusted as anonymous memory");
+	cr_assert_eq(ftruncate(fd, 0), 0);
+	cr_assert_eq(ftruncate(fd, PAGE), 0);
+	cr_assert_eq(get_write(&f, pg, PAGE, pg, 'y'), 0,
+		     "a stale registration was handed out");
+	cr_assert_eq(sstats(f.ctx).stale_accesses, 0);
+	fx_close(&f);
+	close(fd);
+	munmap(raw, span);
+}
