@@ -6,7 +6,6 @@
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 asan_excluded="
-test_monitor: its heap cases assume glibc's malloc (mmap threshold, trimming), and its munmap/mremap cases that a hole they punch stays free until they map it again; under ASan another thread's allocator takes it (EEXIST)
 test_monitor_hooks: libmrmgr_hooks.so interposes malloc/free ahead of libc; under ASan its self-test fails (EPROTO), so no hooks source exists
 test_monitor_cases: the issue-11 cases drive glibc's allocator (mallopt, which ASan's allocator refuses; arena trims, address reuse) and need a two-sided source, which steps aside under a sanitizer
 test_monitor_cases_hooks: the same, with libmrmgr_hooks.so ahead of libc (see test_monitor_hooks)
