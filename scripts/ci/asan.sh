@@ -10,7 +10,10 @@ test_monitor_hooks: libmrmgr_hooks.so interposes malloc/free ahead of libc; unde
 test_monitor_cases: the issue-11 cases drive glibc's allocator (mallopt, which ASan's allocator refuses; arena trims, address reuse) and need a two-sided source, which steps aside under a sanitizer
 test_monitor_cases_hooks: the same, with libmrmgr_hooks.so ahead of libc (see test_monitor_hooks)
 test_monitor_patch: the patch source steps aside under a sanitizer by design (ASan intercepts the same libc calls); its fallback is what the suite's fallback tests check
-test_monitor_patch_chain: chaining over another patcher needs the patch source, which steps aside under a sanitizer, and glibc's mallopt (ASan's allocator refuses it)"
+test_monitor_patch_chain: chaining over another patcher needs the patch source, which steps aside under a sanitizer, and glibc's mallopt (ASan's allocator refuses it)
+test_monitor_follow: following the memory calls the process defines itself is the patch source's work, which steps aside under a sanitizer (foreign_error stays 0), and its tcmalloc run preloads a second allocator beside ASan's
+test_release_table: it checks the patched libc's release table with the patch source as the one source, which steps aside under a sanitizer (the one source is not running)
+test_release_table_hooks: the same table through libmrmgr_hooks.so, which cannot start under ASan (see test_monitor_hooks)"
 mkdir -p "$top/build-asan"
 cd "$top/build-asan"
 [ -f Makefile ] || ../configure -q --enable-sanitizers CFLAGS='-g -O1'
