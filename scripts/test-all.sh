@@ -5,7 +5,7 @@
 # MRMGR_SKIP_SANITIZERS=1 leaves out the sanitizer, fuzzing and valgrind
 # jobs (FUZZ_SECONDS: per fuzz target); MRMGR_SKIP_RXE=1 every real-verbs
 # tier, MRMGR_SKIP_RXE_ODP=1 the ODP tier, MRMGR_SKIP_RXE_2NODE=1 the
-# two-node tier. doc/testing.md describes each job.
+# two-node tier. doc/design/testing.md describes each job.
 # Exit status: 0 all passed; 125 a qemu guest could not be set up (an
 # infrastructure failure, not a test result); anything else a failure.
 exec "$(dirname "$0")/ci-jobs.sh" "$@"

@@ -2,7 +2,7 @@
 # CI job "asan": the unit suite under ASan+UBSan+LeakSanitizer in
 # build-asan/ (any UB aborts; a sanitizer report in a passing suite's log
 # fails too). Suites that cannot run under ASan are listed below, each
-# with its reason (doc/testing.md), and printed.
+# with its reason (doc/design/testing.md), and printed.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 asan_excluded="
