@@ -1,6 +1,6 @@
 #!/bin/sh
 # ci-packages.sh - the release tarball, and the RPM and Debian packages
-# built from that same tarball (doc/release.md):
+# built from that same tarball (doc/design/release.md):
 #  1. the tarball: TARBALL if given, else `make dist` in BUILDDIR (default
 #     ./build, configured); scripts/release.sh checks that every version
 #     number agrees and writes TARBALL.sha256;

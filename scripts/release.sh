@@ -1,6 +1,6 @@
 #!/bin/sh
 # release.sh - check that every version number of a release agrees, and
-# write the release tarball's SHA-256 (doc/release.md).
+# write the release tarball's SHA-256 (doc/design/release.md).
 #
 #   scripts/release.sh [--srcdir DIR] [TARBALL]
 #

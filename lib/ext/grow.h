@@ -66,6 +66,14 @@ int mrmgr__grow_held(struct mrmgr_cache *c, struct mrmgr_region **rp,
  */
 void mrmgr__headroom_widen(struct mrmgr_cache *c, uint64_t os, uint64_t ol,
 			   uint64_t *s, uint64_t *l);
+/*
+ * Tests only (tests/unit/test_headroom_window.c): called, lock held, when
+ * a span was widened, between the read of the mapping's bounds and the
+ * watch that classifies the widened span [s, l] afresh: the window
+ * headroom.c's argument is about, held open so that a test changes memory
+ * there, as another thread could. NULL in production.
+ */
+extern void (*mrmgr__headroom_test_window)(uint64_t s, uint64_t l);
 
 /* buf.c: every buffer of c follows a PD move. Returns the first error. */
 int mrmgr__buf_follow_pd(struct mrmgr_cache *c);

@@ -27,7 +27,9 @@
  * two-sided source the filter holds the span before the classification)
  * before anything pins it, and what is pinned is exactly that span. So a
  * change after this read is either seen by the classification (a hole,
- * another kind: not cached) or reported (issue 21's review). Turned off by MRMGR_CACHE_NO_HEADROOM or
+ * another kind: not cached) or reported (issue 21's review; both held
+ * open by the test hook mrmgr__headroom_test_window, in
+ * tests/unit/test_headroom_window.c). Turned off by MRMGR_CACHE_NO_HEADROOM or
  * MRMGR_GROW_HEADROOM=0.
  *
  * SPDX-License-Identifier: MIT
@@ -45,6 +47,8 @@
 #include "grow.h"
 #include "log.h"
 #include "vma.h"
+
+void (*mrmgr__headroom_test_window)(uint64_t s, uint64_t l);
 
 /* The mapping containing addr: [*lo, *hi). 0, or ENOENT when nothing
  * maps addr (or the mappings cannot be read). */
@@ -117,6 +121,8 @@ void mrmgr__headroom_widen(struct mrmgr_cache *c, uint64_t os, uint64_t ol,
 			return;
 		mrmgr__core_count(c, headroom_bytes, end - *l);
 		*l = end;
+		if (mrmgr__headroom_test_window)
+			mrmgr__headroom_test_window(*s, *l);
 	} else if (*s < os) {
 		/* Grew downward: more below. */
 		uint64_t begin = *s > want ? *s - want : 0;
@@ -133,5 +139,7 @@ void mrmgr__headroom_widen(struct mrmgr_cache *c, uint64_t os, uint64_t ol,
 			return;
 		mrmgr__core_count(c, headroom_bytes, *s - begin);
 		*s = begin;
+		if (mrmgr__headroom_test_window)
+			mrmgr__headroom_test_window(*s, *l);
 	}
 }

@@ -6,12 +6,14 @@
 #ifndef MRMGR_TEST_MONITOR_HELPERS_H
 #define MRMGR_TEST_MONITOR_HELPERS_H
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <linux/userfaultfd.h>
 #include <stddef.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 
@@ -57,6 +59,67 @@ static inline void refuse_userfaultfd(void)
 
 	cr_assert_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
 	cr_assert_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp), 0);
+}
+
+/*
+ * Memory a test punches holes in and maps again (test_monitor.c's
+ * cases). A hole stays free until it is mapped again only if no
+ * mmap(NULL) in the process (the monitor's thread, a
+ * sanitizer's allocator, the test runner) takes it in between; under
+ * ASan one did (EEXIST). So, as the torture does, the memory is carved
+ * (MAP_FIXED) out of a PROT_NONE reservation placed low, far below the
+ * libraries and the mmap area: mmap(NULL) searches top-down from below
+ * the libraries and takes the first gap large enough, so the large free
+ * space above is always found before a hole down here. AREA_HINT is
+ * above ASan's shadow (which ends at 16 TiB on x86-64) and below the
+ * program (PIE at ~85 TiB) and ASan's allocator (96 TiB). Where the
+ * kernel refuses the hint (a small address space), the reservation goes
+ * where mmap(NULL) puts it, guard pages still around it.
+ */
+#define AREA_HINT ((uintptr_t)32 << 40)
+#define AREA_PAGE ((size_t)4096)
+
+static inline char *area_map(size_t len, int fill)
+{
+	size_t rl = len + 2 * AREA_PAGE;
+	char *res = mmap((void *)AREA_HINT, rl, PROT_NONE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+				 MAP_FIXED_NOREPLACE, -1, 0);
+
+	if (res == MAP_FAILED)
+		res = mmap(NULL, rl, PROT_NONE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	cr_assert_neq(res, MAP_FAILED);
+	cr_assert_eq(mmap(res + AREA_PAGE, len, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+		     (void *)(res + AREA_PAGE));
+	memset(res + AREA_PAGE, fill, len);
+	return res + AREA_PAGE;
+}
+
+static inline void area_unmap(char *p, size_t len)
+{
+	cr_assert_eq(munmap(p - AREA_PAGE, len + 2 * AREA_PAGE), 0);
+}
+
+/*
+ * Cases that check glibc's allocator: its mmap threshold, its trims
+ * (brk, madvise). A sanitizer's allocator replaces it (and refuses
+ * mallopt), so there they would pass without exercising anything. Asked
+ * at run time, as the library asks: a sanitizer's runtime is loaded
+ * (link the suite with -ldl for glibc before 2.34).
+ */
+static inline void need_glibc_malloc(void)
+{
+	static const char *const runtimes[] = {
+		"__asan_init", "__tsan_init", "__msan_init", "__hwasan_init",
+	};
+
+	for (size_t i = 0; i < sizeof(runtimes) / sizeof(runtimes[0]); i++)
+		if (dlsym(RTLD_DEFAULT, runtimes[i]))
+			cr_skip_test("needs glibc's malloc (mmap threshold, trims); "
+				     "a sanitizer's allocator (%s) replaces it",
+				     runtimes[i]);
 }
 
 #endif

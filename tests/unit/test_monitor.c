@@ -134,7 +134,7 @@ static void run_case(enum kind k, int raw, int in_use, int full)
 {
 	struct fixture f;
 	mrmgr_region_t *r1, *r2;
-	char *area = map_rw(3 * LEN, 'A'), *reg = area + LEN;
+	char *area = area_map(3 * LEN, 'A'), *reg = area + LEN;
 
 	need_identity();
 	fx_open(&f, NULL, raw ? &big_uffd : &big);
@@ -166,7 +166,7 @@ static void run_case(enum kind k, int raw, int in_use, int full)
 	}
 	mrmgr_put(r2);
 	fx_close(&f);
-	munmap(area, 3 * LEN);
+	area_unmap(area, 3 * LEN);
 }
 
 #define CASES(kind, name)                                                     \
@@ -193,7 +193,7 @@ Test(control, no_monitor_hands_out_stale_registration)
 	struct fixture f;
 	struct mrmgr_cache_attr a = big;
 	mrmgr_region_t *r1, *r2;
-	char *area = map_rw(3 * LEN, 'A');
+	char *area = area_map(3 * LEN, 'A');
 	char w = 'W';
 
 	need_identity();
@@ -209,7 +209,7 @@ Test(control, no_monitor_hands_out_stale_registration)
 				     (uint64_t)(uintptr_t)(area + LEN), &w, 1), ESTALE);
 	mrmgr_put(r2);
 	fx_close(&f);
-	munmap(area, 3 * LEN);
+	area_unmap(area, 3 * LEN);
 }
 
 /* ------------------------------------------------------------ loops */
@@ -217,7 +217,7 @@ Test(control, no_monitor_hands_out_stale_registration)
 Test(sequence, same_thread_unmap_map_get_write_repeated)
 {
 	struct fixture f;
-	char *p = map_rw(LEN, 0);
+	char *p = area_map(LEN, 0);
 
 	need_identity();
 	fx_open(&f, NULL, &big_uffd); /* half the changes are raw */
@@ -236,7 +236,7 @@ Test(sequence, same_thread_unmap_map_get_write_repeated)
 	}
 	cr_assert_eq(sstats(f.ctx).stale_accesses, 0);
 	fx_close(&f);
-	munmap(p, LEN);
+	area_unmap(p, LEN);
 }
 
 struct handoff {
@@ -282,7 +282,7 @@ Test(sequence, other_thread_observing_the_return)
 	need_identity();
 	pthread_mutex_init(&h.m, NULL);
 	pthread_cond_init(&h.cv, NULL);
-	h.p = map_rw(LEN, 0);
+	h.p = area_map(LEN, 0);
 	fx_open(&h.f, NULL, &big_uffd); /* half the changes are raw */
 	pthread_create(&t, NULL, getter, &h);
 	for (int i = 0; i < 300; i++) {
@@ -303,7 +303,7 @@ Test(sequence, other_thread_observing_the_return)
 	pthread_join(t, NULL);
 	cr_assert_eq(sstats(h.f.ctx).stale_accesses, 0);
 	fx_close(&h.f);
-	munmap(h.p, LEN);
+	area_unmap(h.p, LEN);
 }
 
 /* ------------------------------------------------------------ heap */
@@ -358,6 +358,7 @@ Test(heap, free_and_malloc_of_mmapped_chunks)
 	struct fixture f;
 
 	need_identity();
+	need_glibc_malloc();
 	fx_open(&f, NULL, &big);
 	/* Each block its own mapping (no dynamic threshold). */
 	mallopt(M_MMAP_THRESHOLD, (int)MiB);
@@ -380,6 +381,7 @@ Test(heap, trim_on_free)
 	struct fixture f;
 
 	need_identity();
+	need_glibc_malloc();
 	/* Keep 1 MiB blocks on the main heap and trim it at 128 KiB. */
 	mallopt(M_MMAP_THRESHOLD, 32 * MiB);
 	mallopt(M_TRIM_THRESHOLD, 128 * KiB);
@@ -401,6 +403,7 @@ Test(heap, malloc_trim)
 	struct fixture f;
 
 	need_identity();
+	need_glibc_malloc();
 	mallopt(M_MMAP_THRESHOLD, 32 * MiB);
 	mallopt(M_TRIM_THRESHOLD, 512 * MiB);
 	fx_open(&f, NULL, &big);
@@ -534,7 +537,7 @@ Test(precision, mremap_growing_in_place_keeps_the_region)
 {
 	struct fixture f;
 	mrmgr_region_t *r1, *r2;
-	char *area = map_rw(4 * LEN, 0);
+	char *area = area_map(4 * LEN, 0); /* the hole stays free to grow into */
 
 	cr_assert_eq(munmap(area + 2 * LEN, 2 * LEN), 0);
 	fx_open(&f, NULL, &big);
@@ -546,7 +549,7 @@ Test(precision, mremap_growing_in_place_keeps_the_region)
 	cr_assert_eq(mrmgr_region_rkey(r2), key1);
 	mrmgr_put(r2);
 	fx_close(&f);
-	munmap(area, 4 * LEN);
+	area_unmap(area, 4 * LEN);
 }
 
 Test(precision, every_cache_sees_the_event)
