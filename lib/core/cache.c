@@ -132,6 +132,7 @@ int mrmgr__cache_create_ex(struct ibv_pd *pd,
 	c->flags = cfg.flags;
 	c->pd = pd;
 	c->ops = ops;
+	c->kind = &mrmgr__kind_host; /* mrmgr_cache_create(): kind one */
 	c->caps = caps;
 	c->cfg = cfg;
 	c->exts = exts;

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The layers' arrows (doc/architecture.md), held by the sources and the
 # built objects:
-#   util <- os <- device <- core <- ext;  os <- monitor <- core
+#   util <- os <- device <- kinds <- core <- ext;  os <- monitor <- core
 #   sim -> the public device seam only;   libmrmgr.so knows no simulator
 #   share (libmrmgr-share.so) -> libmrmgr's public API; libmrmgr.so
 #   neither holds nor names the importer and the share helper
@@ -108,14 +108,18 @@ includes core core-includes-ext ext
 # business with a region is the core's.
 includes ext ext-includes-core-private core monitor
 sed -i -E '/^ext-includes-core-private [^ ]+ (core|ext)\.h$/d' "$tmp/found"
-includes monitor monitor-includes-core core ext
+includes monitor monitor-includes-core core ext kinds
+# A memory kind (doc/design/memory-kinds.md) knows the device seam below
+# it and nothing of the cache above it.
+includes kinds kinds-includes-upper core ext monitor
 for low in device os util; do
-	includes "$low" "$low-includes-upper" core ext monitor
+	includes "$low" "$low-includes-upper" core ext monitor kinds
 done
 calls core core-calls-ext ext
-calls monitor monitor-calls-core core ext
+calls monitor monitor-calls-core core ext kinds
+calls kinds kinds-calls-upper core ext monitor
 for low in device os util; do
-	calls "$low" "$low-calls-upper" core ext monitor
+	calls "$low" "$low-calls-upper" core ext monitor kinds
 done
 
 # Production code names no simulator: no sim header, no sim call.
