@@ -241,6 +241,8 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 	mrmgr__ext_free(c);
 	mrmgr__view_fini(c);
 	mrmgr__region_slabs_free(&c->rslabs);
+	if (c->kind->fini) /* every MR of the kind's is gone */
+		c->kind->fini(c->kind_ctx);
 	free(c->all);
 	pthread_cond_destroy(&c->inflight_done);
 	pthread_mutex_destroy(&c->lock);

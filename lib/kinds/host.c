@@ -19,9 +19,17 @@ static int host_reg(void *ctx, const struct mrmgr_device_ops *ops,
 				 access, mr);
 }
 
+static int host_dereg(void *ctx, const struct mrmgr_device_ops *ops,
+		      struct ibv_mr *mr)
+{
+	(void)ctx;
+	return mrmgr__dev_dereg_mr(ops, mr);
+}
+
 const struct mrmgr__kind mrmgr__kind_host = {
 	.name = "host",
 	.id = MRMGR__KIND_HOST,
 	.sources = MRMGR__KIND_SRC_MONITOR,
 	.reg = host_reg,
+	.dereg = host_dereg,
 };

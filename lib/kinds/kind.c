@@ -10,6 +10,7 @@
 
 static const struct mrmgr__kind *const kinds[MRMGR__KIND_COUNT] = {
 	[MRMGR__KIND_HOST] = &mrmgr__kind_host,
+	[MRMGR__KIND_DMABUF] = &mrmgr__kind_dmabuf,
 };
 
 const struct mrmgr__kind *mrmgr__kind_by_id(enum mrmgr__kind_id id)

@@ -21,7 +21,7 @@ struct mrmgr_device_ops;
 /* Which kind a table is; appended, never renumbered. */
 enum mrmgr__kind_id {
 	MRMGR__KIND_HOST = 0,      /* host virtual memory (host.c) */
-	MRMGR__KIND_DMABUF = 1,    /* reserved: issue 28, not implemented */
+	MRMGR__KIND_DMABUF = 1,    /* a dma-buf's bytes (dmabuf.c) */
 	MRMGR__KIND_DEVICE_VA = 2, /* reserved: issue 28, not implemented */
 	MRMGR__KIND_COUNT
 };
@@ -47,10 +47,19 @@ struct mrmgr__kind {
 	int (*reg)(void *ctx, const struct mrmgr_device_ops *ops,
 		   struct ibv_pd *pd, uint64_t key, uint64_t len, int access,
 		   struct ibv_mr **mr);
+	/* Deregister an MR reg made: 0 or a positive errno (the MR may
+	 * then still be live, and is deregistered again later). */
+	int (*dereg)(void *ctx, const struct mrmgr_device_ops *ops,
+		     struct ibv_mr *mr);
+	/* The cache is destroyed, every MR deregistered: free ctx. NULL:
+	 * nothing to free. */
+	void (*fini)(void *ctx);
 };
 
 /* Kind one: host virtual memory, the key is the address. */
 extern const struct mrmgr__kind mrmgr__kind_host;
+/* Kind two: dma-buf bytes, keyed by the buffer's identity (dmabuf.c). */
+extern const struct mrmgr__kind mrmgr__kind_dmabuf;
 
 /* The table of kind id, or NULL when that kind is not built in. */
 const struct mrmgr__kind *mrmgr__kind_by_id(enum mrmgr__kind_id id);
@@ -61,6 +70,13 @@ static inline int mrmgr__kind_reg(const struct mrmgr__kind *k, void *ctx,
 				  uint64_t len, int access, struct ibv_mr **mr)
 {
 	return k->reg(ctx, ops, pd, key, len, access, mr);
+}
+
+static inline int mrmgr__kind_dereg(const struct mrmgr__kind *k, void *ctx,
+				    const struct mrmgr_device_ops *ops,
+				    struct ibv_mr *mr)
+{
+	return k->dereg(ctx, ops, mr);
 }
 
 static inline int mrmgr__kind_monitored(const struct mrmgr__kind *k)

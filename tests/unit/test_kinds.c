@@ -18,8 +18,9 @@ Test(kinds, host_is_kind_one)
 	cr_assert_eq(mrmgr__kind_by_id(MRMGR__KIND_HOST), &mrmgr__kind_host);
 	cr_assert_eq(mrmgr__kind_host.id, MRMGR__KIND_HOST);
 	cr_assert(mrmgr__kind_monitored(&mrmgr__kind_host));
-	/* Reserved for issue 28, not built: no table. */
-	cr_assert_null(mrmgr__kind_by_id(MRMGR__KIND_DMABUF));
+	cr_assert_eq(mrmgr__kind_by_id(MRMGR__KIND_DMABUF), &mrmgr__kind_dmabuf);
+	cr_assert_not(mrmgr__kind_monitored(&mrmgr__kind_dmabuf));
+	/* Reserved for issue 28's device VA, not built: no table. */
 	cr_assert_null(mrmgr__kind_by_id(MRMGR__KIND_DEVICE_VA));
 	cr_assert_null(mrmgr__kind_by_id(MRMGR__KIND_COUNT));
 	cr_assert_null(mrmgr__kind_by_id((enum mrmgr__kind_id)-1));
@@ -45,11 +46,18 @@ static int counting_reg(void *ctx, const struct mrmgr_device_ops *ops,
 	return mrmgr__kind_host.reg(NULL, ops, pd, key, len, access, mr);
 }
 
+static int counting_dereg(void *ctx, const struct mrmgr_device_ops *ops,
+			  struct ibv_mr *mr)
+{
+	return mrmgr__kind_host.dereg(ctx, ops, mr);
+}
+
 static const struct mrmgr__kind counting = {
 	.name = "counting",
 	.id = MRMGR__KIND_HOST,
 	.sources = 0, /* no monitor: its misses watch nothing */
 	.reg = counting_reg,
+	.dereg = counting_dereg,
 };
 
 Test(kinds, every_cache_serves_host)
