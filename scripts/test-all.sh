@@ -20,6 +20,8 @@
 #     emulated link (`make check-rxe-2node`: the stale-rkey RPC and MPI
 #     across them), MRMGR_SKIP_RXE_2NODE=1 leaves that out.
 #     MRMGR_SKIP_SANITIZERS=1 leaves out step 3 (FUZZ_SECONDS: per target).
+#  Beside the examples, scripts/gpu-check.sh: on a machine with an NVIDIA
+#  GPU the device-memory checks, elsewhere its SKIP line (exit 0).
 # Exit status: 0 all passed; 125 the qemu guest could not be set up (an
 # infrastructure failure, not a test result); anything else a failure.
 set -eu
@@ -56,6 +58,14 @@ step "examples"
 ./examples/shared_mr >/dev/null
 ./examples/export_import >/dev/null
 ./examples/export_import --rxe >/dev/null 2>&1
+./examples/dmabuf_cache >/dev/null
+step "GPU checks (scripts/gpu-check.sh: SKIP without an NVIDIA GPU)"
+# Its verdict is its last line; CI's machines have no GPU, so this runs
+# the skip path, which must still exit 0 and say SKIP.
+gpu_out=$("$top/scripts/gpu-check.sh") || { printf '%s\n' "$gpu_out"; exit 1; }
+printf '%s\n' "$gpu_out"
+printf '%s\n' "$gpu_out" | tail -n1 | grep -Eq '^(PASS|SKIP): ' ||
+	{ echo "gpu-check.sh: no verdict line" >&2; exit 1; }
 step "allocator matrix: glibc, jemalloc, tcmalloc, mimalloc, tbbmalloc, scudo; preloaded and linked (scripts/ci-allocators.sh)"
 "$top/scripts/ci-allocators.sh"
 step "a default-mode program under valgrind and AddressSanitizer"

@@ -34,6 +34,7 @@ struct mrmgr__dmabuf_buf {
 	uint64_t slot;
 	uint64_t pins;       /* gets and registrations under way */
 	uint64_t nmrs;       /* live MRs */
+	int had_mr;          /* some key of its slot was registered */
 	struct mrmgr__dmabuf_buf *next;
 };
 
@@ -74,6 +75,11 @@ static void maybe_close(struct mrmgr__dmabuf_tbl *t,
 	}
 	close(b->fd);
 	t->nfds--;
+	/* A slot no MR ever had names no key in the cache: the newest one
+	 * is given again, so failing gets (a device that refuses) do not
+	 * spend the slot numbers. */
+	if (!b->had_mr && b->slot + 1 == t->next_slot)
+		t->next_slot--;
 	free(b);
 }
 
@@ -196,6 +202,7 @@ static int dmabuf_reg(void *ctx, const struct mrmgr_device_ops *ops,
 	b->pins--;
 	if (!ret) {
 		b->nmrs++;
+		b->had_mr = 1;
 		rec->mr = *mr;
 		rec->b = b;
 		rec->next = t->mrs;
