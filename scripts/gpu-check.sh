@@ -1,6 +1,6 @@
 #!/bin/sh
 # The device-memory checks on a real NVIDIA GPU (doc/device-memory.md):
-# tools/gpu/gpu_check.c against libcuda loaded with dlopen. Unattended;
+# tools/gpu_check.c against libcuda loaded with dlopen. Unattended;
 # the last line is the verdict: "PASS: ...", "FAIL: ..." (exit 1) or
 # "SKIP: ..." (exit 0: no GPU or no libcuda, as on CI's machines).
 # Needs a built tree (scripts/build.sh): BUILD=<dir>, default build/.
@@ -13,10 +13,10 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1' &&
 	echo "SKIP: no libcuda.so.1 (no NVIDIA driver on this machine)"
 	exit 0
 fi
-prog=$build/tools/gpu/gpu_check
+prog=$build/tools/gpu_check
 if ! [ -x "$prog" ]; then
-	make -s -C "$build" tools/gpu/gpu_check >/dev/null 2>&1 || {
-		echo "FAIL: could not build tools/gpu/gpu_check in $build"
+	make -s -C "$build" tools/gpu_check >/dev/null 2>&1 || {
+		echo "FAIL: could not build tools/gpu_check in $build"
 		exit 1
 	}
 fi
