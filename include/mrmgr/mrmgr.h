@@ -1898,7 +1898,7 @@ struct mrmgr_dmabuf_attr {
 	unsigned int access;
 	/** First byte, from the buffer's start. */
 	uint64_t offset;
-	/** Bytes; offset + length at most the buffer's size and 2^40. */
+	/** Bytes; offset + length at most the buffer's size and 2^38. */
 	uint64_t length;
 };
 
@@ -1936,6 +1936,37 @@ MRMGR_EXPORT int mrmgr_get_dmabuf(mrmgr_cache_t *cache,
  */
 MRMGR_EXPORT int mrmgr_region_dmabuf_offset(const mrmgr_region_t *region,
 					    uint64_t *offset);
+
+/** A dma-buf opened on a dma-buf cache (mrmgr_dmabuf_open()). Opaque. */
+typedef struct mrmgr_dmabuf mrmgr_dmabuf_t;
+
+/**
+ * Identify the dma-buf @p fd once (fstat(), the cache's duplicate of the
+ * descriptor, held until mrmgr_dmabuf_close()), for gets that need no
+ * system call: mrmgr_get_dmabuf_at() hits as fast as a host mrmgr_get().
+ * The caller may close @p fd at once. Close every handle before
+ * mrmgr_cache_destroy() (EBUSY while one is open).
+ * @return 0, or EINVAL, EBADF, EMFILE/ENFILE, ENOMEM.
+ */
+MRMGR_EXPORT int mrmgr_dmabuf_open(mrmgr_cache_t *cache, int fd,
+				   mrmgr_dmabuf_t **handle);
+
+/**
+ * mrmgr_get_dmabuf() through a handle: [@p offset, + @p length) of its
+ * buffer. No system call, no lock on a hit.
+ * @return 0, or EINVAL (past the buffer's end), or what mrmgr_get_dmabuf()
+ * returns for the registration.
+ */
+MRMGR_EXPORT int mrmgr_get_dmabuf_at(mrmgr_dmabuf_t *handle, uint64_t offset,
+				     uint64_t length, unsigned int access,
+				     mrmgr_region_t **region);
+
+/**
+ * Close a handle (its regions stay valid until put; the cache's
+ * duplicate is closed when no handle, get or registration holds the
+ * buffer). @return 0 or EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_dmabuf_close(mrmgr_dmabuf_t *handle);
 /** @} */
 
 #ifdef __cplusplus

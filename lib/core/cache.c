@@ -207,6 +207,11 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 							 : "unknown flags");
 		return EINVAL;
 	}
+	if (c->kind->busy && c->kind->busy(c->kind_ctx)) {
+		mrmgr__err("mrmgr_cache_destroy: the %s cache's handles are "
+			   "still open; close them first", c->kind->name);
+		return EBUSY;
+	}
 	pthread_mutex_lock(&c->lock);
 	mrmgr__ext_destroy_begin(c, flags); /* forced members let go */
 	busy = mrmgr__cache_regions_in_use(c);

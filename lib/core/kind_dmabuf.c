@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cache.h"
@@ -76,8 +77,10 @@ MRMGR_EXPORT int mrmgr_get_dmabuf(mrmgr_cache_t *c,
 			   (unsigned long long)attr->length, strerror(ret));
 		return ret;
 	}
+	mrmgr__dmabuf_entry = 1;
 	ret = mrmgr_get(c, (void *)(uintptr_t)key, (size_t)attr->length,
 			attr->access, region);
+	mrmgr__dmabuf_entry = 0;
 	mrmgr__dmabuf_unpin(c->kind_ctx, pin);
 	return ret;
 }
@@ -91,5 +94,72 @@ MRMGR_EXPORT int mrmgr_region_dmabuf_offset(const mrmgr_region_t *r,
 		return EINVAL;
 	key = mrmgr__rgn_start(r);
 	*offset = key & (MRMGR__DMABUF_MAX_OFFSET - 1);
+	return 0;
+}
+
+/*
+ * A handle: the buffer identified once (fstat, the duplicate) and pinned
+ * while the handle is open, so a get through it needs no system call and
+ * no lock: its key is the handle's base plus the offset, and the core's
+ * hit is lock-free.
+ */
+struct mrmgr_dmabuf {
+	struct mrmgr_cache *cache;
+	struct mrmgr__dmabuf_buf *buf;
+	uint64_t base;  /* the key of offset 0 */
+	uint64_t limit; /* offsets end here: the size, or the key space's */
+};
+
+MRMGR_EXPORT int mrmgr_dmabuf_open(mrmgr_cache_t *c, int fd,
+				   mrmgr_dmabuf_t **handle)
+{
+	struct mrmgr_dmabuf *h;
+	uint64_t size;
+	int ret;
+
+	if (!c || !handle || c->kind != &mrmgr__kind_dmabuf) {
+		mrmgr__err("mrmgr_dmabuf_open: %s", !c || !handle
+			   ? "NULL argument" : "not a dma-buf cache");
+		return EINVAL;
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return ENOMEM;
+	ret = mrmgr__dmabuf_pin(c->kind_ctx, fd, 0, 0, &h->base, &h->buf);
+	if (ret) {
+		mrmgr__err("mrmgr_dmabuf_open: fd %d: %s", fd, strerror(ret));
+		free(h);
+		return ret;
+	}
+	size = mrmgr__dmabuf_buf_size(h->buf);
+	h->limit = size ? size : MRMGR__DMABUF_MAX_OFFSET;
+	h->cache = c;
+	mrmgr__dmabuf_handles(c->kind_ctx, 1);
+	*handle = h;
+	return 0;
+}
+
+MRMGR_EXPORT int mrmgr_get_dmabuf_at(mrmgr_dmabuf_t *h, uint64_t offset,
+				     uint64_t length, unsigned int access,
+				     mrmgr_region_t **region)
+{
+	int ret;
+
+	if (!h || !length || offset >= h->limit || length > h->limit - offset)
+		return EINVAL;
+	mrmgr__dmabuf_entry = 1;
+	ret = mrmgr_get(h->cache, (void *)(uintptr_t)(h->base + offset),
+			(size_t)length, access, region);
+	mrmgr__dmabuf_entry = 0;
+	return ret;
+}
+
+MRMGR_EXPORT int mrmgr_dmabuf_close(mrmgr_dmabuf_t *h)
+{
+	if (!h)
+		return EINVAL;
+	mrmgr__dmabuf_handles(h->cache->kind_ctx, -1);
+	mrmgr__dmabuf_unpin(h->cache->kind_ctx, h->buf);
+	free(h);
 	return 0;
 }

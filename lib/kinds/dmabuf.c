@@ -26,6 +26,8 @@
 #include "dmabuf.h"
 #include "kind.h"
 
+__thread int mrmgr__dmabuf_entry;
+
 struct mrmgr__dmabuf_buf {
 	dev_t dev;
 	ino_t ino;
@@ -34,7 +36,6 @@ struct mrmgr__dmabuf_buf {
 	uint64_t slot;
 	uint64_t pins;       /* gets and registrations under way */
 	uint64_t nmrs;       /* live MRs */
-	int had_mr;          /* some key of its slot was registered */
 	struct mrmgr__dmabuf_buf *next;
 };
 
@@ -48,8 +49,11 @@ struct mrmgr__dmabuf_tbl {
 	pthread_mutex_t lock;
 	struct mrmgr__dmabuf_buf *bufs;
 	struct mr_rec *mrs;
-	uint64_t next_slot;
+	uint64_t next_slot;  /* never given yet, from 1 */
+	uint64_t *free_slots; /* given back, most recent last */
+	size_t nfree, free_cap;
 	uint64_t nfds;
+	uint64_t nhandles;   /* mrmgr_dmabuf_open()'s, open */
 };
 
 int mrmgr__dmabuf_tbl_new(struct mrmgr__dmabuf_tbl **t)
@@ -57,7 +61,35 @@ int mrmgr__dmabuf_tbl_new(struct mrmgr__dmabuf_tbl **t)
 	*t = calloc(1, sizeof(**t));
 	if (!*t)
 		return ENOMEM;
+	(*t)->next_slot = 1; /* slot 0: keys under 2^38, where a host
+			      * address given by mistake is likeliest */
 	pthread_mutex_init(&(*t)->lock, NULL);
+	return 0;
+}
+
+static void give_back_slot(struct mrmgr__dmabuf_tbl *t, uint64_t slot)
+{
+	if (t->nfree == t->free_cap) {
+		size_t cap = t->free_cap ? 2 * t->free_cap : 16;
+		uint64_t *v = realloc(t->free_slots, cap * sizeof(*v));
+
+		if (!v)
+			return;
+		t->free_slots = v;
+		t->free_cap = cap;
+	}
+	t->free_slots[t->nfree++] = slot;
+}
+
+static int take_slot(struct mrmgr__dmabuf_tbl *t, uint64_t *slot)
+{
+	if (t->nfree) {
+		*slot = t->free_slots[--t->nfree];
+		return 0;
+	}
+	if (t->next_slot >= MRMGR__DMABUF_MAX_SLOTS)
+		return ENOSPC;
+	*slot = t->next_slot++;
 	return 0;
 }
 
@@ -75,11 +107,10 @@ static void maybe_close(struct mrmgr__dmabuf_tbl *t,
 	}
 	close(b->fd);
 	t->nfds--;
-	/* A slot no MR ever had names no key in the cache: the newest one
-	 * is given again, so failing gets (a device that refuses) do not
-	 * spend the slot numbers. */
-	if (!b->had_mr && b->slot + 1 == t->next_slot)
-		t->next_slot--;
+	/* No MR of it lives (nor a get): no region has a key of the slot,
+	 * which may be given again. Low slots first: their keys are the
+	 * index's. Without memory to remember it, the slot is lost. */
+	give_back_slot(t, b->slot);
 	free(b);
 }
 
@@ -96,8 +127,6 @@ static int find_or_add(struct mrmgr__dmabuf_tbl *t, int fd,
 			return 0;
 		}
 	}
-	if (t->next_slot >= MRMGR__DMABUF_MAX_SLOTS)
-		return ENOSPC;
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return ENOMEM;
@@ -108,10 +137,14 @@ static int find_or_add(struct mrmgr__dmabuf_tbl *t, int fd,
 		free(b);
 		return err == EBADF ? EBADF : err == ENFILE ? ENFILE : EMFILE;
 	}
+	if (take_slot(t, &b->slot)) {
+		close(b->fd);
+		free(b);
+		return ENOSPC;
+	}
 	b->dev = st->st_dev;
 	b->ino = st->st_ino;
 	b->size = st->st_size > 0 ? (uint64_t)st->st_size : 0;
-	b->slot = t->next_slot++;
 	b->next = t->bufs;
 	t->bufs = b;
 	t->nfds++;
@@ -139,8 +172,7 @@ int mrmgr__dmabuf_pin(struct mrmgr__dmabuf_tbl *t, int fd, uint64_t offset,
 	pthread_mutex_unlock(&t->lock);
 	if (ret)
 		return ret;
-	*key = MRMGR__DMABUF_KEY_BIT | (b->slot << MRMGR__DMABUF_SLOT_SHIFT) |
-	       offset;
+	*key = (b->slot << MRMGR__DMABUF_SLOT_SHIFT) | offset;
 	*pin = b;
 	return 0;
 }
@@ -152,6 +184,29 @@ void mrmgr__dmabuf_unpin(struct mrmgr__dmabuf_tbl *t,
 	b->pins--;
 	maybe_close(t, b);
 	pthread_mutex_unlock(&t->lock);
+}
+
+uint64_t mrmgr__dmabuf_buf_size(const struct mrmgr__dmabuf_buf *b)
+{
+	return b->size;
+}
+
+void mrmgr__dmabuf_handles(struct mrmgr__dmabuf_tbl *t, int delta)
+{
+	pthread_mutex_lock(&t->lock);
+	t->nhandles += (uint64_t)(int64_t)delta;
+	pthread_mutex_unlock(&t->lock);
+}
+
+static int dmabuf_busy(void *ctx)
+{
+	struct mrmgr__dmabuf_tbl *t = ctx;
+	int busy;
+
+	pthread_mutex_lock(&t->lock);
+	busy = t->nhandles != 0;
+	pthread_mutex_unlock(&t->lock);
+	return busy;
 }
 
 uint64_t mrmgr__dmabuf_fds(struct mrmgr__dmabuf_tbl *t)
@@ -169,15 +224,15 @@ static int dmabuf_reg(void *ctx, const struct mrmgr_device_ops *ops,
 		      int access, struct ibv_mr **mr)
 {
 	struct mrmgr__dmabuf_tbl *t = ctx;
-	uint64_t slot = (key & ~MRMGR__DMABUF_KEY_BIT) >> MRMGR__DMABUF_SLOT_SHIFT;
+	uint64_t slot = key >> MRMGR__DMABUF_SLOT_SHIFT;
 	uint64_t off = key & (MRMGR__DMABUF_MAX_OFFSET - 1);
 	struct mrmgr__dmabuf_buf *b;
 	struct mr_rec *rec;
 	int ret;
 
 	*mr = NULL;
-	if (!(key & MRMGR__DMABUF_KEY_BIT))
-		return EINVAL; /* a host address given to a dma-buf cache */
+	if (!mrmgr__dmabuf_entry)
+		return EINVAL; /* mrmgr_get() of a host address on a dma-buf cache */
 	rec = malloc(sizeof(*rec));
 	if (!rec)
 		return ENOMEM;
@@ -202,7 +257,6 @@ static int dmabuf_reg(void *ctx, const struct mrmgr_device_ops *ops,
 	b->pins--;
 	if (!ret) {
 		b->nmrs++;
-		b->had_mr = 1;
 		rec->mr = *mr;
 		rec->b = b;
 		rec->next = t->mrs;
@@ -220,10 +274,15 @@ static int dmabuf_dereg(void *ctx, const struct mrmgr_device_ops *ops,
 {
 	struct mrmgr__dmabuf_tbl *t = ctx;
 	struct mr_rec *rec = NULL;
-	int ret = mrmgr__dev_dereg_mr(ops, mr);
+	int ret;
 
-	if (ret)
-		return ret; /* the MR may live: its buffer stays held */
+	/*
+	 * The record goes first, while the MR is live: once the device lets
+	 * go of it, its address may come back at once for another buffer's
+	 * registration on another thread, whose record must not be the one
+	 * taken here (that buffer's slot would be given back under its
+	 * cached region: the torture caught it).
+	 */
 	pthread_mutex_lock(&t->lock);
 	for (struct mr_rec **pp = &t->mrs; *pp; pp = &(*pp)->next) {
 		if ((*pp)->mr == mr) {
@@ -232,13 +291,21 @@ static int dmabuf_dereg(void *ctx, const struct mrmgr_device_ops *ops,
 			break;
 		}
 	}
-	if (rec) {
+	pthread_mutex_unlock(&t->lock);
+	ret = mrmgr__dev_dereg_mr(ops, mr);
+	pthread_mutex_lock(&t->lock);
+	if (ret && rec) {
+		/* The MR may live: its buffer stays held, retried later. */
+		rec->next = t->mrs;
+		t->mrs = rec;
+		rec = NULL;
+	} else if (rec) {
 		rec->b->nmrs--;
 		maybe_close(t, rec->b);
 	}
 	pthread_mutex_unlock(&t->lock);
 	free(rec);
-	return 0;
+	return ret;
 }
 
 /* The cache is gone: what an abandoned MR (a deregistration that never
@@ -261,6 +328,7 @@ static void dmabuf_fini(void *ctx)
 		free(b);
 	}
 	pthread_mutex_destroy(&t->lock);
+	free(t->free_slots);
 	free(t);
 }
 
@@ -271,4 +339,5 @@ const struct mrmgr__kind mrmgr__kind_dmabuf = {
 	.reg = dmabuf_reg,
 	.dereg = dmabuf_dereg,
 	.fini = dmabuf_fini,
+	.busy = dmabuf_busy,
 };

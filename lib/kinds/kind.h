@@ -54,6 +54,10 @@ struct mrmgr__kind {
 	/* The cache is destroyed, every MR deregistered: free ctx. NULL:
 	 * nothing to free. */
 	void (*fini)(void *ctx);
+	/* Nonzero while the caller holds something of the kind's that the
+	 * cache's destruction would pull from under it (dma-buf handles):
+	 * mrmgr_cache_destroy() then fails with EBUSY. NULL: never. */
+	int (*busy)(void *ctx);
 };
 
 /* Kind one: host virtual memory, the key is the address. */

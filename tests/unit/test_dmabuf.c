@@ -4,9 +4,11 @@
  * the buffer's identity and not the descriptor number, the cache's
  * duplicate closed at eviction and destroy, failures that leave no
  * descriptor behind (the process's descriptors counted around every
- * path), rxe's EOPNOTSUPP, an injected device fault, and a two-thread
- * allocate/free/reuse torture that reads each buffer's own signature
- * through the MR it was handed (0 stale).
+ * path), rxe's EOPNOTSUPP, an injected device fault, handles, and a
+ * two-thread allocate/free/reuse torture that reads each buffer's own
+ * signature through the MR it was handed (0 stale; it caught a slot
+ * given back under a live region when a deregistered MR's address came
+ * back at once for another buffer).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -277,6 +279,55 @@ Test(dmabuf, rxe_refuses_with_eopnotsupp)
 	cr_assert_eq(count_fds(), base);
 	fx_close(&f);
 	cr_assert_eq(count_any(1), pre);
+}
+
+Test(dmabuf, a_handle_gets_without_the_callers_fd)
+{
+	struct fixture f;
+	mrmgr_dmabuf_t *h;
+	mrmgr_region_t *r1, *r2;
+	struct mrmgr_dmabuf_attr a;
+	int pre = settled(), base, fd;
+
+	open_dmabuf(&f, NULL, NULL);
+	base = count_fds();
+	fd = new_buf(0x5151);
+	cr_assert_eq(mrmgr_dmabuf_open(f.cache, fd, &h), 0);
+	cr_assert_eq(count_fds(), base + 2, "the handle holds the duplicate");
+	a = at(fd, 0, 16 * KiB);
+	cr_assert_eq(mrmgr_get_dmabuf(f.cache, &a, &r1), 0);
+	close(fd); /* the handle does not need it */
+	cr_assert_eq(mrmgr_get_dmabuf_at(h, 4 * KiB, 4 * KiB, RW, &r2), 0);
+	cr_assert_eq(r2, r1, "by handle and by descriptor: one entry");
+	cr_assert_eq(sig_of(r2), 0x5151);
+	cr_assert_eq(mrmgr_get_dmabuf_at(h, BUF - 4 * KiB, 8 * KiB, RW, &r2),
+		     EINVAL, "past the end");
+	cr_assert_eq(mrmgr_get_dmabuf_at(h, 0, 0, RW, &r2), EINVAL);
+	mrmgr_put(r1);
+	mrmgr_put(r1);
+	cr_assert_eq(mrmgr_cache_destroy(f.cache), EBUSY, "a handle is open");
+	cr_assert_eq(mrmgr_dmabuf_close(h), 0);
+	cr_assert_eq(count_fds(), base + 1, "the entry still holds it");
+	fx_close(&f);
+	cr_assert_eq(count_any(1), pre);
+}
+
+Test(dmabuf, a_handle_without_entries_closes_its_duplicate)
+{
+	struct fixture f;
+	mrmgr_dmabuf_t *h;
+	int base, fd;
+
+	open_dmabuf(&f, NULL, NULL);
+	base = count_fds();
+	fd = new_buf(1);
+	cr_assert_eq(mrmgr_dmabuf_open(f.cache, fd, &h), 0);
+	cr_assert_eq(mrmgr_dmabuf_close(h), 0);
+	cr_assert_eq(count_fds(), base + 1, "only the test's own");
+	close(fd);
+	cr_assert_eq(mrmgr_dmabuf_open(f.cache, fd, &h), EBADF);
+	cr_assert_eq(count_fds(), base);
+	fx_close(&f);
 }
 
 /* ---------------------------------------------------------- torture */
