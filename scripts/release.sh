@@ -57,6 +57,11 @@ cl=$(sed -n 's/^[[:space:]]*\* Release \([0-9][0-9.]*[0-9]\).*/\1/p' "$src/Chang
 if [ "$cl" = "$V" ]; then ok "ChangeLog: newest entry is Release $cl"
 else bad "ChangeLog: newest \"* Release\" entry is \"$cl\", configure.ac says $V"; fi
 
+# Symbols added since V wait in the next minor release's node.
+pending=0
+first=$(sed -n 's/^[[:space:]]*\* //p' "$src/ChangeLog" | head -n1)
+case $first in "Not yet released"*) pending=1 ;; esac
+
 # ---- debian/changelog
 deb=$(sed -n '1s/^libmrmgr (\([^)]*\)).*/\1/p' "$src/debian/changelog")
 if [ "${deb%-*}" = "$V" ]; then ok "debian/changelog: $deb"
@@ -100,7 +105,10 @@ while read -r lib lt map prefix; do
 	n=$(printf '%s\n' "$nodes" | grep -c .)
 	newest=$(printf '%s\n' "$nodes" | tail -n1)
 	nv=${newest#"${prefix}_"}
-	if [ "${nv%%.*}" != "$MAJOR" ] || [ "${nv#*.}" -gt "$MINOR" ]; then
+	# Between releases (ChangeLog's first entry "Not yet released"), a
+	# node may be the next minor release's: symbols added since V.
+	if [ "${nv%%.*}" != "$MAJOR" ] ||
+		[ "${nv#*.}" -gt $((MINOR + pending)) ]; then
 		bad "$map: newest node $newest does not belong to release $V"
 	fi
 	if [ "$a" != $((n - 1)) ]; then

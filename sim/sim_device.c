@@ -88,7 +88,7 @@ const struct mrmgr_device_ops mrmgr__sim_device_ops = {
 	.owns_context = mrmgr__sim_is_context,
 	.query_device = sim_query_device,
 	.reg_mr = sim_reg_mr,
-	.dereg_mr = mrmgr_sim_dereg_mr,
+	.dereg_mr = mrmgr__sim_dereg_any,
 	.rereg_mr = mrmgr__sim_backend_rereg,
 	.advise_mr = mrmgr_sim_advise_mr,
 	.can_import = sim_can_import,
@@ -99,6 +99,7 @@ const struct mrmgr_device_ops mrmgr__sim_device_ops = {
 	.unimport_pd = mrmgr_sim_unimport_pd,
 	.import_mr = mrmgr_sim_import_mr,
 	.unimport_mr = mrmgr_sim_unimport_mr,
+	.reg_dmabuf_mr = mrmgr__sim_reg_dmabuf_mr,
 };
 
 static pthread_once_t registered = PTHREAD_ONCE_INIT;

@@ -253,6 +253,12 @@ void mrmgr__sim_device_register(void);
 int mrmgr__sim_is_context(const struct ibv_context *ctx);
 
 /* sim_rereg.c: the device seam's rereg_mr. */
+/* sim_dmabuf.c: dma-buf registration (the device seam's reg_dmabuf_mr),
+ * and the seam's dereg, which also unmaps a dma-buf MR's buffer. */
+int mrmgr__sim_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+			     size_t length, uint64_t iova, int fd, int access,
+			     struct ibv_mr **mr);
+int mrmgr__sim_dereg_any(struct ibv_mr *mr);
 int mrmgr__sim_backend_rereg(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 			     void *addr, size_t length, int access, int *err);
 

@@ -136,6 +136,19 @@ struct mrmgr_device_ops {
 	/** ibv_unimport_mr(). */
 	int (*unimport_mr)(struct ibv_mr *mr);
 	/** @} */
+
+	/**
+	 * ibv_reg_dmabuf_mr(): register @p length bytes at @p offset of the
+	 * dma-buf @p fd, the MR's address being @p iova; 0 with @p *mr set,
+	 * or an errno. Optional, appended in 1.1 (a provider built with the
+	 * 1.0 header has a smaller @c size and reads as NULL): NULL, or
+	 * EOPNOTSUPP from the device, says the device cannot register
+	 * dma-bufs. The MR holds its own reference on the buffer; @p fd
+	 * stays the caller's.
+	 */
+	int (*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t length,
+			     uint64_t iova, int fd, int access,
+			     struct ibv_mr **mr);
 };
 
 /**

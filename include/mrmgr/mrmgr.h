@@ -1875,6 +1875,100 @@ typedef void (*mrmgr_log_fn)(enum mrmgr_log_level level, const char *msg,
 MRMGR_EXPORT void mrmgr_set_log_handler(mrmgr_log_fn fn, void *arg,
 					enum mrmgr_log_level max_level);
 
+/**
+ * @name Device memory: dma-buf (MRMGR_1.1)
+ * A dma-buf cache (doc/device-memory.md) caches registrations of
+ * dma-bufs' bytes in the same refcounted get/put model as host memory:
+ * mrmgr_get_dmabuf() returns a region, mrmgr_put() gives it back. An
+ * entry is keyed by the buffer's identity (fstat()'s device and inode),
+ * never by the descriptor number; the cache holds its own duplicate of
+ * the descriptor while any registration of the buffer lives, and closes
+ * it when the last one is evicted or the cache destroyed. The caller's
+ * descriptor stays the caller's (it may be closed after the get).
+ * @{
+ */
+
+/** What mrmgr_get_dmabuf() registers. Zero-initialise. */
+struct mrmgr_dmabuf_attr {
+	/** Bits for members appended later; 0 (else EINVAL). */
+	uint64_t comp_mask;
+	/** The dma-buf's descriptor (a memfd or a udmabuf on the simulated HCA). */
+	int fd;
+	/** IBV_ACCESS_* bits, as for mrmgr_get(). */
+	unsigned int access;
+	/** First byte, from the buffer's start. */
+	uint64_t offset;
+	/** Bytes; offset + length at most the buffer's size and 2^38. */
+	uint64_t length;
+};
+
+/**
+ * Make a cache of dma-buf registrations on @p pd (attributes as for
+ * mrmgr_cache_create(); no ODP: dma-buf MRs are pinned by the exporter).
+ * It serves mrmgr_get_dmabuf() only; mrmgr_get() on it fails with EINVAL.
+ * Destroy it with mrmgr_cache_destroy().
+ * @return 0, or EINVAL, ENOMEM, what mrmgr_cache_create() returns.
+ */
+MRMGR_EXPORT int mrmgr_cache_create_dmabuf(struct ibv_pd *pd,
+					   const struct mrmgr_cache_attr *attr,
+					   mrmgr_cache_t **cache);
+
+/**
+ * A registration covering [@c offset, + @c length) of the dma-buf
+ * @c attr->fd, from the cache or registered now (ibv_reg_dmabuf_mr()).
+ * The MR's address (iova) of buffer offset @c o is
+ * mrmgr_region_mr(r)->addr + (o - the region's offset,
+ * mrmgr_region_dmabuf_offset()) on libibverbs; the simulated HCA's MR
+ * address is where it mapped the buffer, read the same way.
+ * @return 0, or EINVAL (bad arguments, not a dma-buf cache, past the
+ * buffer's end), EBADF (@c fd is not open), EMFILE/ENFILE (no descriptor
+ * left for the cache's duplicate), EOPNOTSUPP (the device cannot
+ * register dma-bufs: rxe, a libibverbs before rdma-core 34), or the
+ * device's errno. No descriptor is left open by a failure.
+ */
+MRMGR_EXPORT int mrmgr_get_dmabuf(mrmgr_cache_t *cache,
+				  const struct mrmgr_dmabuf_attr *attr,
+				  mrmgr_region_t **region);
+
+/**
+ * The buffer offset of a dma-buf region's first byte (page-aligned).
+ * @return 0, or EINVAL when @p region is not a dma-buf cache's.
+ */
+MRMGR_EXPORT int mrmgr_region_dmabuf_offset(const mrmgr_region_t *region,
+					    uint64_t *offset);
+
+/** A dma-buf opened on a dma-buf cache (mrmgr_dmabuf_open()). Opaque. */
+typedef struct mrmgr_dmabuf mrmgr_dmabuf_t;
+
+/**
+ * Identify the dma-buf @p fd once (fstat(), the cache's duplicate of the
+ * descriptor, held until mrmgr_dmabuf_close()), for gets that need no
+ * system call: mrmgr_get_dmabuf_at() hits as fast as a host mrmgr_get().
+ * The caller may close @p fd at once. Close every handle before
+ * mrmgr_cache_destroy() (EBUSY while one is open).
+ * @return 0, or EINVAL, EBADF, EMFILE/ENFILE, ENOMEM.
+ */
+MRMGR_EXPORT int mrmgr_dmabuf_open(mrmgr_cache_t *cache, int fd,
+				   mrmgr_dmabuf_t **handle);
+
+/**
+ * mrmgr_get_dmabuf() through a handle: [@p offset, + @p length) of its
+ * buffer. No system call, no lock on a hit.
+ * @return 0, or EINVAL (past the buffer's end), or what mrmgr_get_dmabuf()
+ * returns for the registration.
+ */
+MRMGR_EXPORT int mrmgr_get_dmabuf_at(mrmgr_dmabuf_t *handle, uint64_t offset,
+				     uint64_t length, unsigned int access,
+				     mrmgr_region_t **region);
+
+/**
+ * Close a handle (its regions stay valid until put; the cache's
+ * duplicate is closed when no handle, get or registration holds the
+ * buffer). @return 0 or EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_dmabuf_close(mrmgr_dmabuf_t *handle);
+/** @} */
+
 #ifdef __cplusplus
 }
 #endif

@@ -132,6 +132,7 @@ int mrmgr__cache_create_ex(struct ibv_pd *pd,
 	c->flags = cfg.flags;
 	c->pd = pd;
 	c->ops = ops;
+	c->kind = &mrmgr__kind_host; /* mrmgr_cache_create(): kind one */
 	c->caps = caps;
 	c->cfg = cfg;
 	c->exts = exts;
@@ -206,6 +207,11 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 							 : "unknown flags");
 		return EINVAL;
 	}
+	if (c->kind->busy && c->kind->busy(c->kind_ctx)) {
+		mrmgr__err("mrmgr_cache_destroy: the %s cache's handles are "
+			   "still open; close them first", c->kind->name);
+		return EBUSY;
+	}
 	pthread_mutex_lock(&c->lock);
 	mrmgr__ext_destroy_begin(c, flags); /* forced members let go */
 	busy = mrmgr__cache_regions_in_use(c);
@@ -240,6 +246,8 @@ static int destroy(struct mrmgr_cache *c, uint64_t flags)
 	mrmgr__ext_free(c);
 	mrmgr__view_fini(c);
 	mrmgr__region_slabs_free(&c->rslabs);
+	if (c->kind->fini) /* every MR of the kind's is gone */
+		c->kind->fini(c->kind_ctx);
 	free(c->all);
 	pthread_cond_destroy(&c->inflight_done);
 	pthread_mutex_destroy(&c->lock);

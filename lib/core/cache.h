@@ -20,6 +20,7 @@
 #include "config_env.h"
 #include "core.h"
 #include "itree.h"
+#include "kind.h"
 #include "ext.h"
 #include "lookup.h"
 #include "events.h"
@@ -70,6 +71,10 @@ struct mrmgr_cache {
 	_Alignas(MRMGR__CACHELINE) pthread_mutex_t lock;
 	struct ibv_pd *pd;
 	const struct mrmgr_device_ops *ops;  /* the device provider (device.h) */
+	const struct mrmgr__kind *kind;     /* what it caches (kinds/kind.h):
+					      * the miss registers and watches
+					      * through it, hits never read it */
+	void *kind_ctx;                     /* the kind's state (NULL: none) */
 	struct mrmgr__dev_caps caps;
 	struct mrmgr__cache_config cfg;
 	const struct mrmgr__ext *const *exts; /* the features (ext.h) */

@@ -22,7 +22,7 @@
 int mrmgr__core_dereg(struct mrmgr_cache *c, struct ibv_mr *mr,
 		      const char *what)
 {
-	int ret = mrmgr__dev_dereg_mr(c->ops, mr);
+	int ret = mrmgr__kind_dereg(c->kind, c->kind_ctx, c->ops, mr);
 
 	if (!ret)
 		return 0;
@@ -51,7 +51,7 @@ void mrmgr__cache_dereg_retry(struct mrmgr_cache *c, int last_chance)
 
 	for (size_t i = 0; i < c->ndeferred; i++) {
 		struct ibv_mr *mr = c->deferred[i];
-		int ret = mrmgr__dev_dereg_mr(c->ops, mr);
+		int ret = mrmgr__kind_dereg(c->kind, c->kind_ctx, c->ops, mr);
 
 		if (!ret) {
 			c->st.deregistrations++;

@@ -39,25 +39,31 @@ void mrmgr__mon_cache_start(struct mrmgr_cache *c)
 int mrmgr__mon_watch_begin(struct mrmgr_cache *c, uint64_t start,
 			   uint64_t last, struct mrmgr__watch_tx *tx)
 {
+	/* A kind the monitor does not watch (kinds/kind.h) has its own
+	 * sources; for the monitor its entries need no watch. */
+	if (!mrmgr__kind_monitored(c->kind))
+		return 0;
 	return mrmgr__watch_begin(&c->mon, start, last, tx);
 }
 
 int mrmgr__mon_watch_commit(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx,
 			    struct mrmgr_region *r)
 {
+	if (!mrmgr__kind_monitored(c->kind))
+		return 0;
 	return mrmgr__watch_commit(&c->mon, tx, &r->watch);
 }
 
 void mrmgr__mon_watch_abort(struct mrmgr_cache *c, struct mrmgr__watch_tx *tx)
 {
-	(void)c;
-	mrmgr__watch_abort(tx);
+	if (mrmgr__kind_monitored(c->kind))
+		mrmgr__watch_abort(tx);
 }
 
 void mrmgr__mon_unwatch(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	(void)c;
-	mrmgr__watch_end(&r->watch);
+	if (mrmgr__kind_monitored(c->kind))
+		mrmgr__watch_end(&r->watch);
 }
 
 int mrmgr__mon_headroom_ok(struct mrmgr_cache *c)

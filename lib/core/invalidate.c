@@ -46,10 +46,16 @@ void mrmgr__cache_apply_events(struct mrmgr_cache *c)
 	uint64_t s, l;
 	int r;
 
+	/* A kind the monitor does not watch (kinds/kind.h): its keys are
+	 * not host addresses; the events are drained, none applied. */
+	int watched = mrmgr__kind_monitored(c->kind);
+
 	mrmgr__mon_drain_begin(&c->mon);
 	while ((r = mrmgr__mon_drain_next(&c->mon, &s, &l)) > 0)
-		c->mon.invalidations += mrmgr__core_invalidate_locked(c, s, l);
-	if (r < 0) /* fell behind the queue: anything may have changed */
+		if (watched)
+			c->mon.invalidations +=
+				mrmgr__core_invalidate_locked(c, s, l);
+	if (r < 0 && watched) /* fell behind the queue: anything may have changed */
 		c->mon.invalidations +=
 			mrmgr__core_invalidate_locked(c, 0, UINT64_MAX);
 	mrmgr__mon_drain_end(&c->mon, &c->mon_seen);

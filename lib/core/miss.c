@@ -114,9 +114,9 @@ int mrmgr__core_joins(const struct mrmgr_region *r, uint64_t as, uint64_t al,
 static int do_reg(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 		  uint64_t len, unsigned int access, struct ibv_mr **mr)
 {
-	int ret = mrmgr__dev_reg_mr(c->ops, pd ? pd : c->pd,
-				    (void *)(uintptr_t)start,
-				    len, (int)(access | c->reg_access), mr);
+	int ret = mrmgr__kind_reg(c->kind, c->kind_ctx, c->ops,
+				 pd ? pd : c->pd, start, len,
+				 (int)(access | c->reg_access), mr);
 
 	mrmgr__core_reg_done(c, start, len, access, ret);
 	return ret;
@@ -193,8 +193,8 @@ static int reg_unlocked(struct mrmgr_cache *c, struct ibv_pd *pd,
 	pthread_mutex_unlock(&c->lock);
 	if (reap)
 		n = mrmgr__cache_reap_dereg(c, reap);
-	ret = mrmgr__dev_reg_mr(c->ops, pd, (void *)(uintptr_t)start, len,
-				(int)access | extra, mr);
+	ret = mrmgr__kind_reg(c->kind, c->kind_ctx, c->ops, pd, start, len,
+			      (int)access | extra, mr);
 	pthread_mutex_lock(&c->lock);
 	if (reap)
 		mrmgr__cache_reap_recycle(c, reap, n);

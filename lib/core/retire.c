@@ -187,7 +187,7 @@ uint64_t mrmgr__cache_reap_dereg(struct mrmgr_cache *c,
 	 * recycled: an MR deregistered here is forgotten here, a failed one
 	 * stays for mrmgr__cache_reap_recycle() to keep and retry (dereg.c). */
 	for (struct mrmgr_region *r = list; r; r = r->free_next) {
-		if (!mrmgr__dev_dereg_mr(c->ops, r->mr)) {
+		if (!mrmgr__kind_dereg(c->kind, c->kind_ctx, c->ops, r->mr)) {
 			r->mr = NULL;
 			n++;
 		}

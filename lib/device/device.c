@@ -250,6 +250,27 @@ int mrmgr__dev_reg_mr(const struct mrmgr_device_ops *ops, struct ibv_pd *pd,
 	return ret;
 }
 
+int mrmgr__dev_reg_dmabuf_mr(const struct mrmgr_device_ops *ops,
+			     struct ibv_pd *pd, uint64_t offset, size_t length,
+			     uint64_t iova, int fd, int access,
+			     struct ibv_mr **mr)
+{
+	int ret;
+
+	*mr = NULL;
+	/* The registry's copy is full-size and zero past a provider's
+	 * size: a 1.0 provider has no dma-buf op. */
+	if (!ops->reg_dmabuf_mr)
+		return EOPNOTSUPP;
+	ret = ops->reg_dmabuf_mr(pd, offset, length, iova, fd, access, mr);
+	ret = mrmgr__dev_errno(ret);
+	if (ret)
+		*mr = NULL;
+	else if (!*mr)
+		ret = EIO;
+	return ret;
+}
+
 int mrmgr__dev_dereg_mr(const struct mrmgr_device_ops *ops, struct ibv_mr *mr)
 {
 	int ret = ops->dereg_mr(mr);

@@ -89,6 +89,11 @@ int mrmgr__dev_query(const struct mrmgr_device_ops *ops,
 int mrmgr__dev_reg_mr(const struct mrmgr_device_ops *ops, struct ibv_pd *pd,
 		      void *addr, size_t length, int access, struct ibv_mr **mr);
 int mrmgr__dev_dereg_mr(const struct mrmgr_device_ops *ops, struct ibv_mr *mr);
+/* EOPNOTSUPP when the provider has no dma-buf op (or says it cannot). */
+int mrmgr__dev_reg_dmabuf_mr(const struct mrmgr_device_ops *ops,
+			     struct ibv_pd *pd, uint64_t offset, size_t length,
+			     uint64_t iova, int fd, int access,
+			     struct ibv_mr **mr);
 /* A provider without rereg fails with IBV_REREG_MR_ERR_INPUT and
  * EOPNOTSUPP: the MR untouched. A code outside the enum reads as
  * IBV_REREG_MR_ERR_CMD, the one reading that cannot leave a stale MR in

@@ -108,6 +108,47 @@ static int verbs_reg_mr(struct ibv_pd *pd, void *addr, size_t length,
 	return errno ? errno : EIO;
 }
 
+/*
+ * ibv_reg_dmabuf_mr() came with rdma-core 34: looked up at run time, so
+ * one build runs on an older libibverbs (EOPNOTSUPP, said once per
+ * call by the caller's log) and a newer one. configure's check only
+ * says in config.h whether the build's headers had it.
+ */
+typedef struct ibv_mr *(*reg_dmabuf_fn)(struct ibv_pd *, uint64_t, size_t,
+					 uint64_t, int, int);
+
+static reg_dmabuf_fn verbs_dmabuf_sym(void)
+{
+	static reg_dmabuf_fn fn;
+	static int looked;
+
+	if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+		void *sym = dlsym(RTLD_DEFAULT, "ibv_reg_dmabuf_mr");
+
+		/* A function pointer from dlsym(), as POSIX allows. */
+		memcpy(&fn, &sym, sizeof(fn));
+		__atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+	}
+	return fn;
+}
+
+static int verbs_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
+			       size_t length, uint64_t iova, int fd,
+			       int access, struct ibv_mr **mr)
+{
+	reg_dmabuf_fn fn = verbs_dmabuf_sym();
+
+	*mr = NULL;
+	if (!fn)
+		return EOPNOTSUPP;
+	errno = 0;
+	*mr = fn(pd, offset, length, iova, fd, access);
+	if (*mr)
+		return 0;
+	/* rxe and other providers without the op: EOPNOTSUPP. */
+	return errno ? errno : EIO;
+}
+
 static int verbs_dereg_mr(struct ibv_mr *mr)
 {
 	int ret = ibv_dereg_mr(mr);
@@ -259,4 +300,5 @@ const struct mrmgr_device_ops mrmgr__verbs_ops = {
 	.unimport_pd = verbs_unimport_pd,
 	.import_mr = verbs_import_mr,
 	.unimport_mr = verbs_unimport_mr,
+	.reg_dmabuf_mr = verbs_reg_dmabuf_mr,
 };

@@ -9,3 +9,4 @@ set -eu
 ./examples/shared_mr >/dev/null
 ./examples/export_import >/dev/null
 ./examples/export_import --rxe >/dev/null 2>&1
+./examples/dmabuf_cache >/dev/null

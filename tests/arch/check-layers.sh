@@ -1,7 +1,7 @@
 #!/bin/sh
 # The layers' arrows (doc/architecture.md), held by the sources and the
 # built objects:
-#   util <- os <- device <- core <- ext;  os <- monitor <- core
+#   util <- os <- device <- kinds <- core <- ext;  os <- monitor <- core
 #   os <- intercept <- monitor (the patch engine knows no monitor, no
 #   cache: it reports to the sink its user binds)
 #   sim -> the public device seam only;   libmrmgr.so knows no simulator
@@ -113,16 +113,20 @@ includes core core-includes-ext ext
 # business with a region is the core's.
 includes ext ext-includes-core-private core monitor
 sed -i -E '/^ext-includes-core-private [^ ]+ (core|ext)\.h$/d' "$tmp/found"
-includes monitor monitor-includes-core core ext
-includes intercept intercept-includes-upper core ext monitor device
+includes monitor monitor-includes-core core ext kinds
+includes intercept intercept-includes-upper core ext monitor device kinds
+# A memory kind (doc/design/memory-kinds.md) knows the device seam below
+# it and nothing of the cache above it.
+includes kinds kinds-includes-upper core ext monitor intercept
 for low in device os util; do
-	includes "$low" "$low-includes-upper" core ext monitor intercept
+	includes "$low" "$low-includes-upper" core ext monitor intercept kinds
 done
 calls core core-calls-ext ext
-calls monitor monitor-calls-core core ext
-calls intercept intercept-calls-upper core ext monitor device
+calls monitor monitor-calls-core core ext kinds
+calls intercept intercept-calls-upper core ext monitor device kinds
+calls kinds kinds-calls-upper core ext monitor intercept
 for low in device os util; do
-	calls "$low" "$low-calls-upper" core ext monitor intercept
+	calls "$low" "$low-calls-upper" core ext monitor intercept kinds
 done
 
 # The maps reader (os/maps.c) runs inside the memory hooks and from

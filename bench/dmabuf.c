@@ -1,0 +1,125 @@
+/*
+ * Hits of the dma-buf kind beside host hits, on the simulated HCA: the
+ * same get+put of one cached range, timed over many rounds (best of
+ * five runs), by descriptor and by handle. Printed, not asserted (doc/testing.md: speed is shown by
+ * benchmarks). A dma-buf hit costs one fstat() of the caller's
+ * descriptor and the kind table's lock on top of the core's hit
+ * (doc/device-memory.md).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mrmgr/mrmgr.h>
+#include <mrmgr/sim.h>
+
+#ifndef ROUNDS
+#define ROUNDS 200000
+#endif
+#define LEN (64 * 1024)
+#define RW (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+
+static double now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static double host_hits(mrmgr_cache_t *c, void *p)
+{
+	mrmgr_region_t *r;
+	double t0 = now_ns();
+
+	for (int i = 0; i < ROUNDS; i++) {
+		if (mrmgr_get(c, p, LEN, RW, &r))
+			abort();
+		mrmgr_put(r);
+	}
+	return (now_ns() - t0) / ROUNDS;
+}
+
+static double dmabuf_hits(mrmgr_cache_t *c, int fd)
+{
+	struct mrmgr_dmabuf_attr a = { .fd = fd, .length = LEN, .access = RW };
+	mrmgr_region_t *r;
+	double t0 = now_ns();
+
+	for (int i = 0; i < ROUNDS; i++) {
+		if (mrmgr_get_dmabuf(c, &a, &r))
+			abort();
+		mrmgr_put(r);
+	}
+	return (now_ns() - t0) / ROUNDS;
+}
+
+static double handle_hits(mrmgr_dmabuf_t *hd)
+{
+	mrmgr_region_t *r;
+	double t0 = now_ns();
+
+	for (int i = 0; i < ROUNDS; i++) {
+		if (mrmgr_get_dmabuf_at(hd, 0, LEN, RW, &r))
+			abort();
+		mrmgr_put(r);
+	}
+	return (now_ns() - t0) / ROUNDS;
+}
+
+int main(void)
+{
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	mrmgr_cache_t *hc, *dc;
+	double h = 1e30, d = 1e30, k = 1e30;
+	mrmgr_dmabuf_t *hd;
+	void *p;
+	int fd;
+
+	if (mrmgr_sim_open(NULL, &ctx) || mrmgr_sim_alloc_pd(ctx, &pd) ||
+	    mrmgr_cache_create(pd, NULL, &hc) ||
+	    mrmgr_cache_create_dmabuf(pd, NULL, &dc)) {
+		fprintf(stderr, "bench-dmabuf: setting up the simulated HCA failed\n");
+		return 1;
+	}
+	p = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
+	fd = memfd_create("bench-dmabuf", MFD_CLOEXEC);
+	if (p == MAP_FAILED || fd < 0 || ftruncate(fd, LEN))
+		return 1;
+	memset(p, 1, LEN);
+	if (mrmgr_dmabuf_open(dc, fd, &hd))
+		return 1;
+	for (int run = 0; run < 5; run++) {
+		double x = host_hits(hc, p), y = dmabuf_hits(dc, fd),
+		       z = handle_hits(hd);
+
+		h = x < h ? x : h;
+		d = y < d ? y : d;
+		k = z < k ? z : k;
+	}
+	printf("hit get+put, ns (best of 5 x %d, simulated HCA, 1 thread)\n\n",
+	       ROUNDS);
+	printf("| kind | ns | / host |\n|---|---:|---:|\n");
+	printf("| host | %.1f | 1.00 |\n", h);
+	printf("| dma-buf by descriptor | %.1f | %.2f |\n", d, d / h);
+	printf("| dma-buf by handle | %.1f | %.2f |\n", k, k / h);
+	printf("\nissue 28's bound for device hits, 1.5x host: by handle %s; "
+	       "by descriptor %s\n", k <= 1.5 * h ? "within" : "EXCEEDED",
+	       d <= 1.5 * h ? "within" : "exceeded (one fstat per get)");
+	mrmgr_dmabuf_close(hd);
+	close(fd);
+	munmap(p, LEN);
+	mrmgr_cache_destroy(dc);
+	mrmgr_cache_destroy(hc);
+	mrmgr_sim_dealloc_pd(pd);
+	mrmgr_sim_close(ctx);
+	return 0;
+}
