@@ -428,8 +428,11 @@ static uint64_t differs(struct mrmgr_cache *c, const struct rec *rc,
 			return 0; /* cannot tell: not stale */
 		for (uint64_t j = 0; j < k; j++)
 			if (buf[j] != rc->pm[first + i + j]) {
-				*was = rc->pm[first + i + j];
-				*now = buf[j];
+				/* Reported as page frames when there are any
+				 * (the flag bits would read as a huge number). */
+				*was = s->pfns ? rc->pm[first + i + j] & PM_PFN
+					       : rc->pm[first + i + j];
+				*now = s->pfns ? buf[j] & PM_PFN : buf[j];
 				*how = s->pfns ? "page frame" : "pagemap flags";
 				return start + ((i + j) << c->page_shift);
 			}
