@@ -1907,6 +1907,9 @@ struct mrmgr_dmabuf_attr {
  * mrmgr_cache_create(); no ODP: dma-buf MRs are pinned by the exporter).
  * It serves mrmgr_get_dmabuf() only; mrmgr_get() on it fails with EINVAL.
  * Destroy it with mrmgr_cache_destroy().
+ * @param pd     the protection domain its MRs belong to.
+ * @param attr   attributes as for mrmgr_cache_create(), or NULL.
+ * @param cache  receives the cache.
  * @return 0, or EINVAL, ENOMEM, what mrmgr_cache_create() returns.
  */
 MRMGR_EXPORT int mrmgr_cache_create_dmabuf(struct ibv_pd *pd,
@@ -1920,6 +1923,9 @@ MRMGR_EXPORT int mrmgr_cache_create_dmabuf(struct ibv_pd *pd,
  * mrmgr_region_mr(r)->addr + (o - the region's offset,
  * mrmgr_region_dmabuf_offset()) on libibverbs; the simulated HCA's MR
  * address is where it mapped the buffer, read the same way.
+ * @param cache   a cache from mrmgr_cache_create_dmabuf().
+ * @param attr    the buffer, range and access.
+ * @param region  receives the referenced region; mrmgr_put() it.
  * @return 0, or EINVAL (bad arguments, not a dma-buf cache, past the
  * buffer's end), EBADF (@c fd is not open), EMFILE/ENFILE (no descriptor
  * left for the cache's duplicate), EOPNOTSUPP (the device cannot
@@ -1932,6 +1938,8 @@ MRMGR_EXPORT int mrmgr_get_dmabuf(mrmgr_cache_t *cache,
 
 /**
  * The buffer offset of a dma-buf region's first byte (page-aligned).
+ * @param region  a region of a dma-buf cache.
+ * @param offset  receives the offset.
  * @return 0, or EINVAL when @p region is not a dma-buf cache's.
  */
 MRMGR_EXPORT int mrmgr_region_dmabuf_offset(const mrmgr_region_t *region,
@@ -1946,6 +1954,9 @@ typedef struct mrmgr_dmabuf mrmgr_dmabuf_t;
  * system call: mrmgr_get_dmabuf_at() hits as fast as a host mrmgr_get().
  * The caller may close @p fd at once. Close every handle before
  * mrmgr_cache_destroy() (EBUSY while one is open).
+ * @param cache   a cache from mrmgr_cache_create_dmabuf().
+ * @param fd      the dma-buf's descriptor (stays the caller's).
+ * @param handle  receives the handle.
  * @return 0, or EINVAL, EBADF, EMFILE/ENFILE, ENOMEM.
  */
 MRMGR_EXPORT int mrmgr_dmabuf_open(mrmgr_cache_t *cache, int fd,
@@ -1954,6 +1965,11 @@ MRMGR_EXPORT int mrmgr_dmabuf_open(mrmgr_cache_t *cache, int fd,
 /**
  * mrmgr_get_dmabuf() through a handle: [@p offset, + @p length) of its
  * buffer. No system call, no lock on a hit.
+ * @param handle  from mrmgr_dmabuf_open().
+ * @param offset  first byte, from the buffer's start.
+ * @param length  bytes.
+ * @param access  IBV_ACCESS_* bits, as for mrmgr_get().
+ * @param region  receives the referenced region; mrmgr_put() it.
  * @return 0, or EINVAL (past the buffer's end), or what mrmgr_get_dmabuf()
  * returns for the registration.
  */
@@ -1964,7 +1980,9 @@ MRMGR_EXPORT int mrmgr_get_dmabuf_at(mrmgr_dmabuf_t *handle, uint64_t offset,
 /**
  * Close a handle (its regions stay valid until put; the cache's
  * duplicate is closed when no handle, get or registration holds the
- * buffer). @return 0 or EINVAL.
+ * buffer).
+ * @param handle  from mrmgr_dmabuf_open().
+ * @return 0 or EINVAL.
  */
 MRMGR_EXPORT int mrmgr_dmabuf_close(mrmgr_dmabuf_t *handle);
 /** @} */
