@@ -285,6 +285,17 @@ int mrmgr__core_joins(const struct mrmgr_region *r, uint64_t as, uint64_t al,
 int mrmgr__core_rereg(struct mrmgr_cache *c, struct mrmgr_region *r,
 		      int flags, struct ibv_pd *pd, uint64_t start,
 		      uint64_t len, unsigned int access, int *err);
+
+/*
+ * Tests only (tests/unit/test_rereg_window.c): called, lock held, after
+ * a translation rereg to [s, l] succeeded and before its watch commits:
+ * the window rereg.c's "a refused commit marks the region dirty" is
+ * about (the device may hold the pages a change now releases), held open
+ * so that a test changes memory there, as another thread could. NULL in
+ * production.
+ */
+extern void (*mrmgr__rereg_test_window)(uint64_t s, uint64_t l);
+
 /*
  * Move the cache to pd (of the same device), lock held: misses register
  * there from now on; what is cached is the caller's to move.

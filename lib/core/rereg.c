@@ -16,6 +16,8 @@
 #include "core.h"
 #include "log.h"
 
+void (*mrmgr__rereg_test_window)(uint64_t s, uint64_t l);
+
 int mrmgr__core_rereg(struct mrmgr_cache *c, struct mrmgr_region *r,
 		      int flags, struct ibv_pd *pd, uint64_t start,
 		      uint64_t len, unsigned int access, int *err)
@@ -57,7 +59,10 @@ int mrmgr__core_rereg(struct mrmgr_cache *c, struct mrmgr_region *r,
 	if (trans) {
 		/* The new translation is in force: the region takes the new
 		 * watch. Refused: a change was under way; the publish that
-		 * follows must not cache it either. */
+		 * follows must not cache it either (its own window opens
+		 * after the change, so only this mark tells it). */
+		if (mrmgr__rereg_test_window)
+			mrmgr__rereg_test_window(start, start + len - 1);
 		mrmgr__mon_unwatch(c, r);
 		if (mrmgr__mon_watch_commit(c, &tx, r))
 			r->watch.dirty = 1;

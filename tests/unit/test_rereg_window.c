@@ -1,0 +1,110 @@
+/*
+ * An in-place rereg's written argument, held open (lib/core/rereg.c):
+ * after a translation rereg succeeded the device holds the new range's
+ * pages; a change that releases some of them before the watch commits
+ * refuses the commit, and "a refused commit marks the region dirty; the
+ * publish that follows must not cache it either". The publish's own
+ * watch (core/release.c) opens its window after the change, so it sees
+ * nothing: the mark is the only layer here.
+ *
+ * The test hook mrmgr__rereg_test_window (core.h) runs exactly there,
+ * with the cache's lock held; it replaces a page of the new range
+ * through libc's mmap(), as another thread could at that moment. Default
+ * mode: the patched libc, which reports the change.
+ *
+ * Shown to fail without the protection: with rereg.c's
+ * `r->watch.dirty = 1` removed (temporarily), every case fails: the later
+ * get is a hit on the region that holds the old page ("a region holding
+ * a released page was cached").
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#define _GNU_SOURCE
+#include <unistd.h>
+
+#include "grow_helpers.h"
+#include "monitor_helpers.h"
+#include "core.h"
+
+static struct {
+	char *at; /* the page the hook replaces */
+	int calls;
+	uint64_t s, l; /* the rereg's new range */
+} W;
+
+static void hook(uint64_t s, uint64_t l)
+{
+	void *q;
+
+	if (W.calls++)
+		return;
+	W.s = s;
+	W.l = l;
+	q = mmap(W.at, PG, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+	cr_assert_eq(q, (void *)W.at, "mmap at %p: %s", (void *)W.at, strerror(errno));
+	memset(W.at, 'w', PG);
+}
+
+/* The default mode: the patched libc. */
+static struct mrmgr_cache_attr dattr(void)
+{
+	struct mrmgr_cache_attr a = {
+		.comp_mask = MRMGR_CACHE_ATTR_MAX_BYTES, .max_bytes = 1ull << 32,
+	};
+	return a;
+}
+
+/*
+ * A 64 KiB region at buf, then a get of 68 KiB: growth, rereg'd in place.
+ * In the window the page at buf + off is replaced. Then a get of that
+ * page must not be a hit on the grown region (it holds the old page),
+ * and a write through what it hands out lands in the new one.
+ */
+static void replaced_in_the_window(size_t off)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = dattr();
+	char *buf = map_guarded(1 * MiB);
+	mrmgr_region_t *r;
+	uint64_t regs, uncached;
+
+	need_identity();
+	fx_open(&f, &sim_big, &a);
+	cr_assert_eq(mrmgr_get(f.cache, buf, 64 * KiB, RW, &r), 0);
+	mrmgr_put(r);
+	memset(&W, 0, sizeof(W));
+	W.at = buf + off;
+	uncached = cstats(f.cache).uncached;
+	mrmgr__rereg_test_window = hook;
+	cr_assert_eq(mrmgr_get(f.cache, buf, 68 * KiB, RW, &r), 0);
+	mrmgr__rereg_test_window = NULL;
+	mrmgr_put(r);
+	if (!W.calls) {
+		fx_close(&f);
+		unmap_guarded(buf, 1 * MiB);
+		cr_skip_test("no in-place rereg in this mode");
+	}
+	cr_assert_eq(W.s, (uint64_t)(uintptr_t)buf, "the hook sees the new range");
+	cr_assert_geq(W.l, (uint64_t)(uintptr_t)buf + 68 * KiB - 1);
+	/* What the argument says: the publish does not cache it. */
+	cr_assert_eq(cstats(f.cache).uncached, uncached + 1,
+		     "the publish cached a region whose rereg's commit was refused");
+	/* What follows from it (and from the event's invalidation at the
+	 * next get's drain, a layer of its own): no hit on the old page. */
+	regs = cstats(f.cache).registrations;
+	cr_assert_eq(mrmgr_get(f.cache, W.at, PG, RW, &r), 0);
+	cr_assert_eq(cstats(f.cache).registrations, regs + 1,
+		     "a region holding a released page was cached");
+	write_lands(f.pd, mrmgr_region_rkey(r), W.at, 'n');
+	mrmgr_put(r);
+	cr_assert_eq(sstats(f.ctx).stale_accesses, 0);
+	fx_close(&f);
+	unmap_guarded(buf, 1 * MiB);
+}
+
+/* A page the region had before it grew. */
+Test(rereg_window, old_page_replaced) { replaced_in_the_window(8 * KiB); }
+
+/* A page the growth added. */
+Test(rereg_window, new_page_replaced) { replaced_in_the_window(64 * KiB); }
