@@ -241,6 +241,24 @@ Test(window, hole_outside_the_request_after_second_look)
 	change_and_check(&f, W.p + 3 * PAGE, PAGE);
 }
 
+/*
+ * The registry's commit (watch.c, mrmgr__watch_commit()): "the new entry
+ * joins the range before the provisional one leaves it, so nothing is
+ * unregistered in between". No window to hold open (one thread, under
+ * the monitor lock): a cached page is replaced with no call of ours, and
+ * only userfaultfd reports it if its VMA is still registered. Shown to
+ * fail with the two steps swapped (temporarily): the provisional entry,
+ * alone, unregisters the VMA, the region's entry joins a range the
+ * kernel no longer watches, and "a stale registration was handed out".
+ */
+Test(registry, commit_joins_before_the_provisional_entry_leaves)
+{
+	struct fixture f;
+
+	setup(&f, NONE, NONE, 0);
+	change_and_check(&f, W.p, PAGE);
+}
+
 /* ------------------------------------------------------------ filter */
 
 /*
