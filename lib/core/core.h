@@ -235,6 +235,15 @@ int mrmgr__core_get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
 int mrmgr__core_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r);
 /* Put a region that is out of the tree back in: live, on the LRU. */
 void mrmgr__core_publish(struct mrmgr_cache *c, struct mrmgr_region *r);
+/*
+ * Tests only (tests/unit/test_rereg_window.c): each of the two watches
+ * that classify a rereg's new range turned off, so a test shows the
+ * other one alone keeps unwatchable memory out of the cache. 0 in
+ * production. mrmgr__rereg_test_no_watch: the rereg does not watch its
+ * new range (nor commit, nor abort); mrmgr__publish_test_no_watch: the
+ * publish puts the region back as it is, with the watch it has.
+ */
+extern int mrmgr__rereg_test_no_watch, mrmgr__publish_test_no_watch;
 /* Detach a live region for good; returns 1 when it was idle and released. */
 int mrmgr__core_detach(struct mrmgr_cache *c, struct mrmgr_region *r);
 /* Deregister and recycle an idle region that is out of the tree. */

@@ -25,6 +25,16 @@
  * mrmgr__mon_watch_abort() call in rereg.c removed, temporarily: "the
  * failed rereg's watch outlived the cache").
  *
+ * Its third, "Unwatchable: no in-place growth", has two layers: the
+ * rereg's watch classifies the new range before the call, and the
+ * publish's classifies it again (core/release.c). Suite classify turns
+ * one off with a test flag (core.h) and shows the other alone keeps
+ * shared memory out of the cache; each case fails with the remaining
+ * layer removed (temporarily): rereg_watch_alone without rereg.c's
+ * mrmgr__mon_watch_begin() (watch = 0), publish_watch_alone without
+ * release.c's (the publish as under its flag): "a region was cached over
+ * shared memory".
+ *
  * SPDX-License-Identifier: MIT
  */
 #define _GNU_SOURCE
@@ -156,3 +166,52 @@ Test(rereg_window, failed_rereg_aborts_its_watch)
 		     "the failed rereg's watch outlived the cache");
 	unmap_guarded(buf, 1 * MiB);
 }
+
+/*
+ * A 64 KiB region, then its next page becomes shared memory and a get
+ * takes both: the growth must not be cached (neither in place nor by
+ * the merge path), so a later get of the shared page is registered anew,
+ * served uncached.
+ */
+static void grow_over_shared(int *off_flag)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = dattr();
+	char *buf = map_guarded(1 * MiB);
+	mrmgr_region_t *r;
+	uint64_t regs, unwatched;
+
+	a.comp_mask |= MRMGR_CACHE_ATTR_FLAGS;
+	a.flags = MRMGR_CACHE_NO_HEADROOM;
+	need_identity();
+	fx_open(&f, &sim_big, &a);
+	cr_assert_eq(mrmgr_get(f.cache, buf, 64 * KiB, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(mmap(buf + 64 * KiB, PG, PROT_READ | PROT_WRITE,
+			  MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+		     (void *)(buf + 64 * KiB));
+	*off_flag = 1;
+	cr_assert_eq(mrmgr_get(f.cache, buf, 64 * KiB + PG, RW, &r), 0);
+	*off_flag = 0;
+	write_lands(f.pd, mrmgr_region_rkey(r), buf + 64 * KiB, 'g');
+	mrmgr_put(r);
+	regs = cstats(f.cache).registrations;
+	unwatched = minfo(f.cache).unwatched;
+	cr_assert_eq(mrmgr_get(f.cache, buf + 64 * KiB, PG, RW, &r), 0);
+	cr_assert_eq(cstats(f.cache).registrations, regs + 1,
+		     "a region was cached over shared memory");
+	cr_assert_eq(minfo(f.cache).unwatched, unwatched + 1,
+		     "shared memory is served uncached");
+	write_lands(f.pd, mrmgr_region_rkey(r), buf + 64 * KiB, 's');
+	mrmgr_put(r);
+	cr_assert_eq(sstats(f.ctx).stale_accesses, 0);
+	fx_close(&f);
+	unmap_guarded(buf, 1 * MiB);
+}
+
+/* The publish trusts the watch it is handed: the rereg's own watch must
+ * refuse the shared page before the call. */
+Test(classify, rereg_watch_alone) { grow_over_shared(&mrmgr__publish_test_no_watch); }
+
+/* The rereg watches nothing: the publish's watch must refuse it. */
+Test(classify, publish_watch_alone) { grow_over_shared(&mrmgr__rereg_test_no_watch); }
