@@ -235,6 +235,15 @@ int mrmgr__core_get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
 int mrmgr__core_quiesce(struct mrmgr_cache *c, struct mrmgr_region *r);
 /* Put a region that is out of the tree back in: live, on the LRU. */
 void mrmgr__core_publish(struct mrmgr_cache *c, struct mrmgr_region *r);
+/*
+ * Tests only (tests/unit/test_rereg_window.c): each of the two watches
+ * that classify a rereg's new range turned off, so a test shows the
+ * other one alone keeps unwatchable memory out of the cache. 0 in
+ * production. mrmgr__rereg_test_no_watch: the rereg does not watch its
+ * new range (nor commit, nor abort); mrmgr__publish_test_no_watch: the
+ * publish puts the region back as it is, with the watch it has.
+ */
+extern int mrmgr__rereg_test_no_watch, mrmgr__publish_test_no_watch;
 /* Detach a live region for good; returns 1 when it was idle and released. */
 int mrmgr__core_detach(struct mrmgr_cache *c, struct mrmgr_region *r);
 /* Deregister and recycle an idle region that is out of the tree. */
@@ -285,6 +294,17 @@ int mrmgr__core_joins(const struct mrmgr_region *r, uint64_t as, uint64_t al,
 int mrmgr__core_rereg(struct mrmgr_cache *c, struct mrmgr_region *r,
 		      int flags, struct ibv_pd *pd, uint64_t start,
 		      uint64_t len, unsigned int access, int *err);
+
+/*
+ * Tests only (tests/unit/test_rereg_window.c): called, lock held, after
+ * a translation rereg to [s, l] succeeded and before its watch commits:
+ * the window rereg.c's "a refused commit marks the region dirty" is
+ * about (the device may hold the pages a change now releases), held open
+ * so that a test changes memory there, as another thread could. NULL in
+ * production.
+ */
+extern void (*mrmgr__rereg_test_window)(uint64_t s, uint64_t l);
+
 /*
  * Move the cache to pd (of the same device), lock held: misses register
  * there from now on; what is cached is the caller's to move.

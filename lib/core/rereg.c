@@ -16,6 +16,9 @@
 #include "core.h"
 #include "log.h"
 
+void (*mrmgr__rereg_test_window)(uint64_t s, uint64_t l);
+int mrmgr__rereg_test_no_watch;
+
 int mrmgr__core_rereg(struct mrmgr_cache *c, struct mrmgr_region *r,
 		      int flags, struct ibv_pd *pd, uint64_t start,
 		      uint64_t len, unsigned int access, int *err)
@@ -23,6 +26,7 @@ int mrmgr__core_rereg(struct mrmgr_cache *c, struct mrmgr_region *r,
 	struct ibv_mr *mr = r->mr;
 	uint64_t old_len = mrmgr__region_len(r);
 	int trans = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+	int watch = trans && !mrmgr__rereg_test_no_watch;
 	struct mrmgr__watch_tx tx;
 	int code;
 
@@ -33,7 +37,7 @@ int mrmgr__core_rereg(struct mrmgr_cache *c, struct mrmgr_region *r,
 	 * rereg (EFAULT where part of the range went away) aborts this
 	 * watch, and the caller's fresh registration takes a watch_begin()
 	 * of its own: nothing classified here is trusted after a failure. */
-	if (trans && mrmgr__mon_watch_begin(c, start, start + len - 1, &tx))
+	if (watch && mrmgr__mon_watch_begin(c, start, start + len - 1, &tx))
 		return MRMGR__REREG_UNWATCHED;
 	c->st.rereg_attempts++;
 	code = mrmgr__dev_rereg_mr(c->ops, mr, flags,
@@ -50,17 +54,22 @@ int mrmgr__core_rereg(struct mrmgr_cache *c, struct mrmgr_region *r,
 		   code ? strerror(*err) : "ok");
 	if (code != 0 && code != IBV_REREG_MR_ERR_DO_FORK_OLD) {
 		/* The new translation is not in force: the old watch stays. */
-		if (trans)
+		if (watch)
 			mrmgr__mon_watch_abort(c, &tx);
 		return code;
 	}
 	if (trans) {
 		/* The new translation is in force: the region takes the new
 		 * watch. Refused: a change was under way; the publish that
-		 * follows must not cache it either. */
-		mrmgr__mon_unwatch(c, r);
-		if (mrmgr__mon_watch_commit(c, &tx, r))
-			r->watch.dirty = 1;
+		 * follows must not cache it either (its own window opens
+		 * after the change, so only this mark tells it). */
+		if (watch && mrmgr__rereg_test_window)
+			mrmgr__rereg_test_window(start, start + len - 1);
+		if (watch) {
+			mrmgr__mon_unwatch(c, r);
+			if (mrmgr__mon_watch_commit(c, &tx, r))
+				r->watch.dirty = 1;
+		}
 		/* One registration still, of another size. */
 		mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, old_len, -1);
 		mrmgr__core_account_reg(c, MRMGR__REGION_PINNED, len, 1);

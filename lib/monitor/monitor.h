@@ -292,10 +292,15 @@ extern uint64_t mrmgr__watch_budget_override;
  * Called (when set, with mrmgr__mon_lock held) by the userfaultfd watch
  * with the extent [vs, vl] it is about to vouch for: phase 0 between the
  * classification and UFFDIO_REGISTER, phase 1 between UFFDIO_REGISTER and
- * the second look. Tests change memory there with raw system calls to
- * hold the window open.
+ * the second look, phase 2 between a second look that passed and
+ * known_add(). Tests change memory there with raw system calls to hold
+ * the window open.
  */
-enum { MRMGR__WATCH_TEST_BEFORE_REGISTER, MRMGR__WATCH_TEST_AFTER_REGISTER };
+enum {
+	MRMGR__WATCH_TEST_BEFORE_REGISTER,
+	MRMGR__WATCH_TEST_AFTER_REGISTER,
+	MRMGR__WATCH_TEST_AFTER_SECOND_LOOK,
+};
 extern void (*mrmgr__watch_test_between)(int phase, uint64_t vs, uint64_t vl);
 /* Second looks that found an unregistered VMA inside an extent just
  * registered (the window of issue 21), and probes that could not tell

@@ -415,6 +415,8 @@ int mrmgr__watch_uffd(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
 		watch_leave(&tx->w);
 		return err;
 	}
+	if (mrmgr__watch_test_between)
+		mrmgr__watch_test_between(MRMGR__WATCH_TEST_AFTER_SECOND_LOOK, vs, vl);
 	known_add(m, vs, vl, MRMGR__VMA_ANON_PRIVATE);
 	tx->kind = TX_UFFD;
 	return 0;

@@ -4,8 +4,9 @@
  * between registering and the second look) must never leave a region or a
  * known extent over memory userfaultfd does not watch.
  *
- * The test hook mrmgr__watch_test_between (monitor.h) runs at those two
- * points inside the get, under the monitor lock; it changes memory with
+ * The test hook mrmgr__watch_test_between (monitor.h) runs at those
+ * points (and after the second look, before the extent is known) inside
+ * the get, under the monitor lock; it changes memory with
  * raw system calls, as another thread could at that moment. Each case
  * then refills what it punched, gets there, changes it with no event
  * (the refill is not registered unless the library registered it), and
@@ -15,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -30,8 +32,8 @@ enum act { NONE, PUNCH, REFILL, REPLACE_REST };
 static struct window {
 	char *p;                  /* PAGES pages, one VMA between guards */
 	size_t page;              /* the page punched and refilled */
-	enum act at[2];           /* per phase */
-	int calls[2];
+	enum act at[3];           /* per phase */
+	int calls[3];
 	uint64_t vs, vl;          /* the extent the watch saw */
 } W;
 
@@ -210,6 +212,108 @@ Test(window, whole_extent_replaced_after_register)
 
 	setup(&f, PUNCH, REPLACE_REST, 1);
 	change_and_check(&f, W.p + PAGE, PAGE);
+}
+
+/*
+ * After the second look passed and before the extent is known: page 3,
+ * registered, is punched (an unmap event, outside the request, so the
+ * get's own region is cached) and refilled after the get, unregistered.
+ * watch.c's argument: no event at or after the window opened is drained
+ * before known_add() (the cache's lock), and the next drain drops every
+ * known extent an event overlaps (queue.c, mrmgr__mon_known_drop()), so a
+ * get of page 3 classifies and registers it afresh instead of joining
+ * the extent through the shortcut. Shown to fail without that drop
+ * (queue.c's per-event mrmgr__mon_known_drop() removed, temporarily): "a
+ * stale registration was handed out".
+ */
+Test(window, hole_outside_the_request_after_second_look)
+{
+	struct fixture f;
+	mrmgr_region_t *r;
+
+	setup(&f, NONE, NONE, 3);
+	W.at[MRMGR__WATCH_TEST_AFTER_SECOND_LOOK] = PUNCH;
+	cr_assert_eq(mrmgr_get(f.cache, W.p, PAGE, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(W.calls[MRMGR__WATCH_TEST_AFTER_SECOND_LOOK], 1,
+		     "the hook ran after the second look");
+	cr_assert_eq(W.vl, (uint64_t)(uintptr_t)W.p + PAGES * PAGE - 1);
+	raw_map(W.p + 3 * PAGE, PAGE, MAP_FIXED_NOREPLACE, 'r');
+	change_and_check(&f, W.p + 3 * PAGE, PAGE);
+}
+
+/*
+ * The registry's commit (watch.c, mrmgr__watch_commit()): "the new entry
+ * joins the range before the provisional one leaves it, so nothing is
+ * unregistered in between". No window to hold open (one thread, under
+ * the monitor lock): a cached page is replaced with no call of ours, and
+ * only userfaultfd reports it if its VMA is still registered. Shown to
+ * fail with the two steps swapped (temporarily): the provisional entry,
+ * alone, unregisters the VMA, the region's entry joins a range the
+ * kernel no longer watches, and "a stale registration was handed out".
+ */
+Test(registry, commit_joins_before_the_provisional_entry_leaves)
+{
+	struct fixture f;
+
+	setup(&f, NONE, NONE, 0);
+	change_and_check(&f, W.p, PAGE);
+}
+
+/* Whether the kernel has the VMA at a registered with userfaultfd (the
+ * library registers write-protect mode: "uw" in smaps' VmFlags). */
+static int uffd_registered(const char *a)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	int in = 0, ret = -1;
+
+	cr_assert_not_null(f);
+	while (ret < 0 && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+			in = (uintptr_t)a >= lo && (uintptr_t)a < hi;
+		else if (in && !strncmp(line, "VmFlags:", 8))
+			ret = strstr(line, " uw") != NULL;
+	}
+	fclose(f);
+	cr_assert_geq(ret, 0, "no VmFlags for %p", (void *)a);
+	return ret;
+}
+
+/*
+ * The registry's budget (watch.c): "Counted first: the budget refuses
+ * before the kernel is asked." With the budget spent, a get in another
+ * VMA is served unwatched and that VMA must not be left registered
+ * (nothing would ever unregister it). Shown to fail with
+ * mrmgr__uffd_register() moved before watch_join() (temporarily): "a
+ * refused range was left registered".
+ */
+Test(registry, the_budget_refuses_before_the_kernel_is_asked)
+{
+	struct fixture f;
+	mrmgr_region_t *r;
+	char *q;
+	uint64_t unwatched;
+
+	setup(&f, NONE, NONE, 0);
+	cr_assert_eq(mrmgr_get(f.cache, W.p, PAGE, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert(uffd_registered(W.p), "the first VMA is registered");
+	q = one_vma();
+	mrmgr__watch_budget_override = minfo(f.cache).watched_runs;
+	unwatched = minfo(f.cache).unwatched;
+	cr_assert_eq(mrmgr_get(f.cache, q, PAGE, RW, &r), 0);
+	mrmgr__watch_budget_override = 0;
+	mrmgr_put(r);
+	cr_assert_eq(minfo(f.cache).unwatched, unwatched + 1, "refused by the budget");
+	cr_assert(minfo(f.cache).unwatched_causes & MRMGR_MONITOR_UNWATCHED_BUDGET);
+	cr_assert(!uffd_registered(q), "a refused range was left registered");
+	mrmgr__watch_test_between = NULL;
+	fx_close(&f);
+	munmap(q - PAGE, (PAGES + 2) * PAGE);
+	munmap(W.p - PAGE, (PAGES + 2) * PAGE);
 }
 
 /* ------------------------------------------------------------ filter */
