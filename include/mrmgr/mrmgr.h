@@ -2019,9 +2019,10 @@ MRMGR_EXPORT int mrmgr_domain_create(const struct mrmgr_domain_ops *ops,
 
 /**
  * The CUDA domain: libcuda.so.1 loaded with dlopen() (no build or link
- * dependency). @return 0, or ENODEV where libcuda.so.1 is absent or
- * cuInit() fails, EOPNOTSUPP where the driver lacks a function the
- * domain needs (a message says which).
+ * dependency). @return 0, or ENODEV where libcuda.so.1 is absent, ENXIO
+ * where cuInit() fails (no device), EOPNOTSUPP where the driver lacks a
+ * function the domain needs (the first failure is logged at info level,
+ * saying which).
  */
 MRMGR_EXPORT int mrmgr_domain_open_cuda(mrmgr_domain_t **domain);
 

@@ -50,13 +50,14 @@ MRMGR_EXPORT int mrmgr_domain_create(const struct mrmgr_domain_ops *ops,
 
 MRMGR_EXPORT int mrmgr_domain_open_cuda(mrmgr_domain_t **domain)
 {
+	static int said; /* once a process: callers probe it at every start */
 	const char *why = NULL;
 	int ret;
 
 	if (!domain)
 		return EINVAL;
 	ret = mrmgr__cuda_domain_open(domain, &why);
-	if (ret)
+	if (ret && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
 		mrmgr__info("CUDA memory domain off: %s", why);
 	return ret;
 }

@@ -132,11 +132,11 @@ int mrmgr__cuda_domain_open(struct mrmgr_domain **out, const char **why)
 		return EOPNOTSUPP;
 	}
 	if (cu->init(0) != 0) {
-		*why = "cuInit() failed (no device or driver)";
+		*why = "cuInit() failed (no device, or the driver not loaded)";
 		dlclose(cu->dl);
 		free(cu);
 		free(d);
-		return ENODEV;
+		return ENXIO;
 	}
 	d->ops = ops;
 	d->ctx = cu;

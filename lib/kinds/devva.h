@@ -56,8 +56,8 @@ struct mrmgr_domain *mrmgr__devva_domain(struct mrmgr__devva_tbl *t);
 /* Serialises the validations (kind_devva.c). */
 void mrmgr__devva_lock(struct mrmgr__devva_tbl *t, int lock);
 
-/* The CUDA domain (cuda.c): 0, ENODEV (no libcuda.so.1, cuInit failed),
- * EOPNOTSUPP (a function missing); *why says which. */
+/* The CUDA domain (cuda.c): 0, ENODEV (no libcuda.so.1), ENXIO (cuInit
+ * failed), EOPNOTSUPP (a function missing); *why says which. */
 int mrmgr__cuda_domain_open(struct mrmgr_domain **d, const char **why);
 
 #endif /* MRMGR__DEVVA_H */
