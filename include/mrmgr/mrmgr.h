@@ -2026,6 +2026,15 @@ MRMGR_EXPORT int mrmgr_domain_create(const struct mrmgr_domain_ops *ops,
  */
 MRMGR_EXPORT int mrmgr_domain_open_cuda(mrmgr_domain_t **domain);
 
+/**
+ * Report that memory of @p domain was freed, for a domain that cannot
+ * see frees itself (the CUDA domain has no free hook yet): call it after
+ * the free, before the address can be allocated again; the next get of
+ * each cache of the domain then re-validates buffer ids, so a new
+ * allocation at the freed address misses. @return 0 or EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_domain_freed(mrmgr_domain_t *domain);
+
 /** Destroy a domain no cache uses any more. @return 0, EINVAL, EBUSY. */
 MRMGR_EXPORT int mrmgr_domain_destroy(mrmgr_domain_t *domain);
 

@@ -62,6 +62,14 @@ MRMGR_EXPORT int mrmgr_domain_open_cuda(mrmgr_domain_t **domain)
 	return ret;
 }
 
+MRMGR_EXPORT int mrmgr_domain_freed(mrmgr_domain_t *d)
+{
+	if (!d)
+		return EINVAL;
+	__atomic_fetch_add(&d->reported, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
 MRMGR_EXPORT int mrmgr_domain_destroy(mrmgr_domain_t *d)
 {
 	if (!d)
@@ -115,7 +123,7 @@ MRMGR_EXPORT int mrmgr_cache_create_device(struct ibv_pd *pd,
 
 /* The counter moved: invalidate the allocations whose buffer id changed. */
 static int revalidate(struct mrmgr_cache *c, struct mrmgr__devva_tbl *t,
-		      const uint64_t *counter, uint64_t *validated)
+		      const struct mrmgr_domain *d, uint64_t *validated)
 {
 	uint64_t *ranges = NULL, now;
 	size_t n = 0;
@@ -123,7 +131,7 @@ static int revalidate(struct mrmgr_cache *c, struct mrmgr__devva_tbl *t,
 
 	mrmgr__devva_lock(t, 1);
 	/* Read before the walk: a free after it moves it again. */
-	now = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
+	now = mrmgr__domain_frees(d);
 	if (now == __atomic_load_n(validated, __ATOMIC_RELAXED)) {
 		mrmgr__devva_lock(t, 0);
 		return 0;
@@ -161,9 +169,9 @@ MRMGR_EXPORT int mrmgr_get_device(mrmgr_cache_t *c, uint64_t va,
 	t = c->kind_ctx;
 	d = mrmgr__devva_domain(t);
 	validated = mrmgr__devva_validated(t);
-	if (mrmgr__unlikely(__atomic_load_n(d->free_counter, __ATOMIC_ACQUIRE) !=
+	if (mrmgr__unlikely(mrmgr__domain_frees(d) !=
 			    __atomic_load_n(validated, __ATOMIC_ACQUIRE))) {
-		ret = revalidate(c, t, d->free_counter, validated);
+		ret = revalidate(c, t, d, validated);
 		if (ret)
 			return ret;
 	}

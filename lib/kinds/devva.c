@@ -56,7 +56,7 @@ int mrmgr__devva_tbl_new(struct mrmgr_domain *d, struct mrmgr__devva_tbl **t)
 	if (!*t)
 		return ENOMEM;
 	(*t)->dom = d;
-	(*t)->validated = __atomic_load_n(d->free_counter, __ATOMIC_ACQUIRE);
+	(*t)->validated = mrmgr__domain_frees(d);
 	pthread_mutex_init(&(*t)->lock, NULL);
 	pthread_mutex_init(&(*t)->vlock, NULL);
 	return 0;

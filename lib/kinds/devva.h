@@ -24,9 +24,18 @@ struct mrmgr_domain {
 	struct mrmgr_domain_ops ops;
 	void *ctx;
 	const uint64_t *free_counter;
+	uint64_t reported;   /* mrmgr_domain_freed() calls (atomic) */
 	unsigned int users;  /* caches made on it (atomic) */
 	void (*close)(void *ctx); /* NULL: the caller's ctx, not freed */
 };
+
+/* The domain's free count: its own counter plus the frees reported with
+ * mrmgr_domain_freed() (a domain that cannot see frees, CUDA's). */
+static inline uint64_t mrmgr__domain_frees(const struct mrmgr_domain *d)
+{
+	return __atomic_load_n(d->free_counter, __ATOMIC_ACQUIRE) +
+	       __atomic_load_n(&d->reported, __ATOMIC_ACQUIRE);
+}
 
 /* Set by mrmgr_get_device() around its mrmgr_get(): the kind's
  * registration refuses keys that came any other way. */

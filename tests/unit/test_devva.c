@@ -301,6 +301,50 @@ Test(devva, domain_in_use_is_busy)
 	dclose(&f);
 }
 
+/* The simulated domain with a free counter that never moves: a domain
+ * that cannot see frees (CUDA's, for now). */
+static const uint64_t never;
+
+static const uint64_t *never_moves(void *ctx)
+{
+	(void)ctx;
+	return &never;
+}
+
+Test(devva, unseen_free_is_stale_until_reported)
+{
+	struct mrmgr_domain_ops ops = *mrmgr_sim_gpu_ops();
+	mrmgr_region_t *r;
+	mrmgr_domain_t *blind;
+	mrmgr_cache_t *bc;
+	uint64_t a, a2;
+	struct dfx f;
+
+	dopen(&f, NULL, NULL);
+	ops.free_counter = never_moves;
+	cr_assert_eq(mrmgr_domain_create(&ops, f.gpu, &blind), 0);
+	cr_assert_eq(mrmgr_cache_create_device(f.pd, NULL, blind, &bc), 0);
+	a = new_alloc(&f, SZ, 1, 0x1);
+	cr_assert_eq(mrmgr_get_device(bc, a, SZ, 0, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(mrmgr_sim_gpu_free(f.gpu, a), 0);
+	a2 = new_alloc(&f, SZ, 1, 0x2);
+	cr_assert_eq(a2, a);
+	/* Unseen: the old registration is hit (what the report is for). */
+	cr_assert_eq(mrmgr_get_device(bc, a2, SZ, 0, &r), 0);
+	cr_assert_eq(read_at(r, a2, a2), 0x1);
+	mrmgr_put(r);
+	/* Reported: the next get re-validates and misses. */
+	cr_assert_eq(mrmgr_domain_freed(blind), 0);
+	cr_assert_eq(mrmgr_get_device(bc, a2, SZ, 0, &r), 0);
+	cr_assert_eq(read_at(r, a2, a2), 0x2, "a stale hit after the report");
+	mrmgr_put(r);
+	cr_assert_eq(mrmgr_domain_freed(NULL), EINVAL);
+	cr_assert_eq(mrmgr_cache_destroy(bc), 0);
+	cr_assert_eq(mrmgr_domain_destroy(blind), 0);
+	dclose(&f);
+}
+
 /* ---------------------------------------------------------- torture */
 
 struct torture {
