@@ -2054,8 +2054,9 @@ MRMGR_EXPORT int mrmgr_cache_create_device(struct ibv_pd *pd,
  * dma-buf, iova = device VA), so the region's MR addresses the request
  * by @p va. @return 0, or EINVAL (not a device cache, zero length, the
  * range past its allocation), what the domain's query or export said
- * (ENOENT: no allocation there), what the device said (EOPNOTSUPP: no
- * dma-buf registration).
+ * (ENOENT: no allocation there), EOPNOTSUPP for an allocation that is
+ * not whole pages (it may share a page with another: not cached), what
+ * the device said (EOPNOTSUPP: no dma-buf registration).
  */
 MRMGR_EXPORT int mrmgr_get_device(mrmgr_cache_t *cache, uint64_t va,
 				  size_t length, unsigned int access,

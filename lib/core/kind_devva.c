@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cache.h"
 #include "core.h"
@@ -187,6 +188,16 @@ MRMGR_EXPORT int mrmgr_get_device(mrmgr_cache_t *c, uint64_t va,
 		mrmgr__err("mrmgr_get_device: %s domain: no allocation at %#llx: %s",
 			   d->ops.name, (unsigned long long)va, strerror(ret));
 		return ret;
+	}
+	/* The core's regions are whole pages: an allocation that shares a
+	 * page with another (small allocations a driver packs together)
+	 * would let a get of the neighbour hit this registration, which
+	 * does not cover it. Not cached. */
+	if ((base | size) & ((uint64_t)sysconf(_SC_PAGESIZE) - 1)) {
+		mrmgr__err("mrmgr_get_device: allocation [%#llx, +%llu) is not "
+			   "whole pages: not cached (EOPNOTSUPP)",
+			   (unsigned long long)base, (unsigned long long)size);
+		return EOPNOTSUPP;
 	}
 	if (va < base || va + length > base + size) {
 		mrmgr__err("mrmgr_get_device: [%#llx, +%zu) past its allocation "

@@ -195,7 +195,7 @@ static int devva_reg(void *ctx, const struct mrmgr_device_ops *ops,
 {
 	struct mrmgr__devva_tbl *t = ctx;
 	const struct mrmgr_domain *d = t->dom;
-	const uint64_t page = 4095;
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE) - 1;
 	uint64_t base, size, id, off, end;
 	struct mr_rec *rec;
 	struct alloc *a;

@@ -345,6 +345,43 @@ Test(devva, unseen_free_is_stale_until_reported)
 	dclose(&f);
 }
 
+/* The simulated domain seen through a query that reports allocations
+ * 256 bytes in from their start: allocations smaller than pages. */
+static int query_in(void *ctx, uint64_t va, uint64_t *base, uint64_t *size,
+		    uint64_t *id)
+{
+	int ret = mrmgr_sim_gpu_ops()->query(ctx, va, base, size, id);
+
+	if (!ret) {
+		*base += 256;
+		*size -= 256;
+	}
+	return ret;
+}
+
+Test(devva, sub_page_allocation_is_refused)
+{
+	struct mrmgr_domain_ops ops = *mrmgr_sim_gpu_ops();
+	int before = count_fds();
+	mrmgr_domain_t *odd;
+	mrmgr_cache_t *oc;
+	mrmgr_region_t *r;
+	uint64_t a;
+	struct dfx f;
+
+	dopen(&f, NULL, NULL);
+	ops.query = query_in;
+	cr_assert_eq(mrmgr_domain_create(&ops, f.gpu, &odd), 0);
+	cr_assert_eq(mrmgr_cache_create_device(f.pd, NULL, odd, &oc), 0);
+	a = new_alloc(&f, SZ, 1, 0);
+	cr_assert_eq(mrmgr_get_device(oc, a + 512, 64, 0, &r), EOPNOTSUPP);
+	cr_assert_eq(cstats(oc).misses, 0);
+	cr_assert_eq(mrmgr_cache_destroy(oc), 0);
+	cr_assert_eq(mrmgr_domain_destroy(odd), 0);
+	dclose(&f);
+	cr_assert_eq(count_fds(), before);
+}
+
 /* ---------------------------------------------------------- torture */
 
 struct torture {
