@@ -1907,6 +1907,9 @@ struct mrmgr_dmabuf_attr {
  * mrmgr_cache_create(); no ODP: dma-buf MRs are pinned by the exporter).
  * It serves mrmgr_get_dmabuf() only; mrmgr_get() on it fails with EINVAL.
  * Destroy it with mrmgr_cache_destroy().
+ * @param pd      the protection domain.
+ * @param attr    attributes, or NULL for the defaults.
+ * @param cache   receives the cache.
  * @return 0, or EINVAL, ENOMEM, what mrmgr_cache_create() returns.
  */
 MRMGR_EXPORT int mrmgr_cache_create_dmabuf(struct ibv_pd *pd,
@@ -1920,6 +1923,9 @@ MRMGR_EXPORT int mrmgr_cache_create_dmabuf(struct ibv_pd *pd,
  * mrmgr_region_mr(r)->addr + (o - the region's offset,
  * mrmgr_region_dmabuf_offset()) on libibverbs; the simulated HCA's MR
  * address is where it mapped the buffer, read the same way.
+ * @param cache   a dma-buf cache.
+ * @param attr    the buffer, range and access.
+ * @param region  receives the region.
  * @return 0, or EINVAL (bad arguments, not a dma-buf cache, past the
  * buffer's end), EBADF (@c fd is not open), EMFILE/ENFILE (no descriptor
  * left for the cache's duplicate), EOPNOTSUPP (the device cannot
@@ -1932,6 +1938,8 @@ MRMGR_EXPORT int mrmgr_get_dmabuf(mrmgr_cache_t *cache,
 
 /**
  * The buffer offset of a dma-buf region's first byte (page-aligned).
+ * @param region  a region of a dma-buf cache.
+ * @param offset  receives the offset.
  * @return 0, or EINVAL when @p region is not a dma-buf cache's.
  */
 MRMGR_EXPORT int mrmgr_region_dmabuf_offset(const mrmgr_region_t *region,
@@ -1946,6 +1954,9 @@ typedef struct mrmgr_dmabuf mrmgr_dmabuf_t;
  * system call: mrmgr_get_dmabuf_at() hits as fast as a host mrmgr_get().
  * The caller may close @p fd at once. Close every handle before
  * mrmgr_cache_destroy() (EBUSY while one is open).
+ * @param cache   a dma-buf cache.
+ * @param fd      the dma-buf's descriptor.
+ * @param handle  receives the handle.
  * @return 0, or EINVAL, EBADF, EMFILE/ENFILE, ENOMEM.
  */
 MRMGR_EXPORT int mrmgr_dmabuf_open(mrmgr_cache_t *cache, int fd,
@@ -1954,6 +1965,11 @@ MRMGR_EXPORT int mrmgr_dmabuf_open(mrmgr_cache_t *cache, int fd,
 /**
  * mrmgr_get_dmabuf() through a handle: [@p offset, + @p length) of its
  * buffer. No system call, no lock on a hit.
+ * @param handle  from mrmgr_dmabuf_open().
+ * @param offset  first byte, from the buffer's start.
+ * @param length  bytes, at least 1.
+ * @param access  IBV_ACCESS_* bits.
+ * @param region  receives the region.
  * @return 0, or EINVAL (past the buffer's end), or what mrmgr_get_dmabuf()
  * returns for the registration.
  */
@@ -1964,7 +1980,9 @@ MRMGR_EXPORT int mrmgr_get_dmabuf_at(mrmgr_dmabuf_t *handle, uint64_t offset,
 /**
  * Close a handle (its regions stay valid until put; the cache's
  * duplicate is closed when no handle, get or registration holds the
- * buffer). @return 0 or EINVAL.
+ * buffer).
+ * @param handle  from mrmgr_dmabuf_open().
+ * @return 0 or EINVAL.
  */
 MRMGR_EXPORT int mrmgr_dmabuf_close(mrmgr_dmabuf_t *handle);
 /** @} */
@@ -2011,7 +2029,11 @@ typedef struct mrmgr_domain mrmgr_domain_t;
 
 /**
  * A memory domain over @p ops (copied) and @p ctx (the caller's, kept
- * until mrmgr_domain_destroy()). @return 0, EINVAL (a NULL argument or
+ * until mrmgr_domain_destroy()).
+ * @param ops     the operations (copied).
+ * @param ctx     passed to each operation.
+ * @param domain  receives the domain.
+ * @return 0, EINVAL (a NULL argument or
  * operation), ENOMEM.
  */
 MRMGR_EXPORT int mrmgr_domain_create(const struct mrmgr_domain_ops *ops,
@@ -2019,7 +2041,9 @@ MRMGR_EXPORT int mrmgr_domain_create(const struct mrmgr_domain_ops *ops,
 
 /**
  * The CUDA domain: libcuda.so.1 loaded with dlopen() (no build or link
- * dependency). @return 0, or ENODEV where libcuda.so.1 is absent, ENXIO
+ * dependency).
+ * @param domain  receives the domain.
+ * @return 0, or ENODEV where libcuda.so.1 is absent, ENXIO
  * where cuInit() fails (no device), EOPNOTSUPP where the driver lacks a
  * function the domain needs (the first failure is logged at info level,
  * saying which).
@@ -2031,16 +2055,25 @@ MRMGR_EXPORT int mrmgr_domain_open_cuda(mrmgr_domain_t **domain);
  * see frees itself (the CUDA domain has no free hook yet): call it after
  * the free, before the address can be allocated again; the next get of
  * each cache of the domain then re-validates buffer ids, so a new
- * allocation at the freed address misses. @return 0 or EINVAL.
+ * allocation at the freed address misses.
+ * @param domain  the domain.
+ * @return 0 or EINVAL.
  */
 MRMGR_EXPORT int mrmgr_domain_freed(mrmgr_domain_t *domain);
 
-/** Destroy a domain no cache uses any more. @return 0, EINVAL, EBUSY. */
+/** Destroy a domain no cache uses any more.
+ * @param domain  the domain.
+ * @return 0, EINVAL, EBUSY. */
 MRMGR_EXPORT int mrmgr_domain_destroy(mrmgr_domain_t *domain);
 
 /**
  * A cache of registrations of @p domain's allocations, by device
- * virtual address (mrmgr_get_device()). @return as mrmgr_cache_create(),
+ * virtual address (mrmgr_get_device()).
+ * @param pd      the protection domain.
+ * @param attr    attributes, or NULL for the defaults.
+ * @param domain  the memory domain (destroy it after the cache).
+ * @param cache   receives the cache.
+ * @return as mrmgr_cache_create(),
  * or EINVAL for a NULL domain.
  */
 MRMGR_EXPORT int mrmgr_cache_create_device(struct ibv_pd *pd,
@@ -2052,7 +2085,13 @@ MRMGR_EXPORT int mrmgr_cache_create_device(struct ibv_pd *pd,
  * Get a registration covering [@p va, + @p length) of the cache's
  * domain. A miss registers the whole allocation that holds @p va (its
  * dma-buf, iova = device VA), so the region's MR addresses the request
- * by @p va. @return 0, or EINVAL (not a device cache, zero length, the
+ * by @p va.
+ * @param cache   a device-VA cache.
+ * @param va      the first device address.
+ * @param length  bytes, at least 1.
+ * @param access  IBV_ACCESS_* bits.
+ * @param region  receives the region.
+ * @return 0, or EINVAL (not a device cache, zero length, the
  * range past its allocation), what the domain's query or export said
  * (ENOENT: no allocation there), EOPNOTSUPP for an allocation that is
  * not whole pages (it may share a page with another: not cached), what
