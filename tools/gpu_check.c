@@ -9,7 +9,10 @@
  * new buffer ID (the identity check a device-VA entry needs); a
  * multi-segment VMM mapping (cuMemCreate + cuMemMap), whose range the
  * driver reports per segment; dma-buf export of an allocation, and that
- * buffer going through mrmgr_get_dmabuf() with no descriptor leaked.
+ * buffer going through mrmgr_get_dmabuf() with no descriptor leaked;
+ * the library's CUDA domain behind mrmgr_get_device() (whole
+ * allocation, address reuse after mrmgr_domain_freed(), descriptors). Multi-segment VMM
+ * allocations are not yet put through the domain.
  * Each line says PASS, FAIL or INFO; the last line is the verdict.
  *
  * SPDX-License-Identifier: MIT
@@ -271,6 +274,82 @@ static void check_dmabuf(void)
 	cu.mem_free(a);
 }
 
+/* The library's own CUDA domain (mrmgr_domain_open_cuda) behind a
+ * device-VA cache on the simulated HCA: the whole allocation registered
+ * from an address inside it, a freed (and reported) address allocated
+ * again, and the
+ * descriptors the cache held. */
+static void check_domain(void)
+{
+	const size_t len = 2u << 20;
+	struct ibv_context *ctx;
+	mrmgr_domain_t *dom;
+	struct ibv_pd *pd;
+	mrmgr_cache_t *c;
+	mrmgr_region_t *r;
+	CUdeviceptr a, b;
+	int before, ret, got = 0;
+
+	ret = mrmgr_domain_open_cuda(&dom);
+	if (ret) {
+		SAY("FAIL", "mrmgr_domain_open_cuda: %s", strerror(ret));
+		return;
+	}
+	before = count_fds();
+	if (mrmgr_sim_open(NULL, &ctx) || mrmgr_sim_alloc_pd(ctx, &pd) ||
+	    mrmgr_cache_create_device(pd, NULL, dom, &c)) {
+		SAY("FAIL", "a device-VA cache on the simulated HCA");
+		mrmgr_domain_destroy(dom);
+		return;
+	}
+	if (cu.mem_alloc(&a, len) == 0) {
+		ret = mrmgr_get_device(c, a + 4096, 64, IBV_ACCESS_LOCAL_WRITE, &r);
+		if (!ret) {
+			got = 1;
+			SAY(mrmgr_region_mr(r)->length >= len ? "PASS" : "FAIL",
+			    "mrmgr_get_device inside an allocation: MR of %zu bytes "
+			    "(the allocation: %zu)", (size_t)mrmgr_region_mr(r)->length,
+			    len);
+			mrmgr_put(r);
+		} else {
+			SAY("INFO", "mrmgr_get_device on the simulated HCA: %s "
+			    "(it maps the dma-buf; a GPU's need not be mappable)",
+			    strerror(ret));
+		}
+		cu.mem_free(a);
+		/* The domain sees no free: reported. */
+		mrmgr_domain_freed(dom);
+		if (got && cu.mem_alloc(&b, len) == 0) {
+			if (b == a) {
+				struct mrmgr_stats st = { 0 };
+
+				ret = mrmgr_get_device(c, b, 64,
+						       IBV_ACCESS_LOCAL_WRITE, &r);
+				if (!ret)
+					mrmgr_put(r);
+				mrmgr_cache_query_stats(c, &st, sizeof(st));
+				SAY(!ret && st.misses == 2 ? "PASS" : "FAIL",
+				    "address reused after cuMemFree + "
+				    "mrmgr_domain_freed: a miss (get: %s, %llu "
+				    "misses)", strerror(ret),
+				    (unsigned long long)st.misses);
+			} else {
+				SAY("INFO", "cuMemAlloc did not give the freed "
+				    "address again");
+			}
+			cu.mem_free(b);
+		}
+	}
+	mrmgr_cache_destroy(c);
+	mrmgr_sim_dealloc_pd(pd);
+	mrmgr_sim_close(ctx);
+	SAY(count_fds() == before ? "PASS" : "FAIL",
+	    "descriptors after the device-VA cache: %d, before %d", count_fds(),
+	    before);
+	SAY(mrmgr_domain_destroy(dom) == 0 ? "PASS" : "FAIL",
+	    "mrmgr_domain_destroy");
+}
+
 int main(void)
 {
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -294,6 +373,7 @@ int main(void)
 	check_range_and_reuse();
 	check_vmm(dev);
 	check_dmabuf();
+	check_domain();
 	cu.primary_release(dev);
 	if (failures) {
 		printf("FAIL: %d check(s) failed (lines above)\n", failures);

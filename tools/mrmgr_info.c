@@ -579,9 +579,43 @@ static void usage(FILE *f)
 		"Usage: mrmgr_info [--sim[=mlx5|rxe|rxe-odp]] [--version] [--help]\n"
 		"Print what libmrmgr would do in this process: its version, the\n"
 		"effective configuration and where each value comes from, the\n"
-		"memory-event sources, the memlock budget, and each RDMA device's\n"
-		"capabilities. --sim shows the simulated HCA instead of the\n"
+		"memory-event sources, the memlock budget, each RDMA device's\n"
+		"capabilities and the memory domains (CUDA; --sim: the simulated\n"
+		"device allocator). --sim shows the simulated HCA instead of the\n"
 		"RDMA devices (rxe-odp: rxe of Linux 6.17+, with ODP).\n");
+}
+
+/* The memory domains mrmgr_cache_create_device() can serve. */
+static void print_domains(int sim)
+{
+	mrmgr_domain_t *d;
+	int ret;
+
+	section("Memory domains");
+	ret = mrmgr_domain_open_cuda(&d);
+	if (!ret) {
+		printf("  cuda   present: libcuda.so.1 loaded, cuInit() done\n");
+		mrmgr_domain_destroy(d);
+	} else {
+		printf("  cuda   %s\n", ret == ENODEV
+		       ? "absent: libcuda.so.1 not found"
+		       : ret == ENXIO ? "off: cuInit() failed (no device)"
+		       : "off: libcuda.so.1 lacks cuMemGetHandleForAddressRange "
+			 "(CUDA 11.7 or later)");
+	}
+	if (sim) {
+		struct mrmgr_sim_gpu *g;
+
+		ret = mrmgr_sim_gpu_open(&g);
+		if (!ret) {
+			ret = mrmgr_domain_create(mrmgr_sim_gpu_ops(), g, &d);
+			if (!ret)
+				mrmgr_domain_destroy(d);
+			mrmgr_sim_gpu_close(g);
+		}
+		printf("  sim    %s\n", ret ? strerror(ret)
+		       : "present: the simulated device allocator (mrmgr_sim_gpu_*)");
+	}
 }
 
 int main(int argc, char **argv)
@@ -663,6 +697,7 @@ int main(int argc, char **argv)
 			dev_close(&d);
 		}
 	}
+	print_domains(sim);
 	dev_close(&cfgdev);
 	if (list)
 		ibv_free_device_list(list);

@@ -1987,6 +1987,121 @@ MRMGR_EXPORT int mrmgr_get_dmabuf_at(mrmgr_dmabuf_t *handle, uint64_t offset,
 MRMGR_EXPORT int mrmgr_dmabuf_close(mrmgr_dmabuf_t *handle);
 /** @} */
 
+/**
+ * @name Device memory: memory domains and device virtual addresses (MRMGR_1.1)
+ *
+ * A memory domain is an allocator of device memory (a GPU's driver, or a
+ * simulated one in tests) seen through a small table of operations. A
+ * device-VA cache (mrmgr_cache_create_device()) registers whole
+ * allocations of one domain, found by device virtual address: the
+ * domain exports the allocation as a dma-buf, the cache keeps that
+ * descriptor while an MR of it lives. A region is validated again (the
+ * allocation's buffer id still the same) only when the domain's free
+ * counter moved since it was last validated, so a hit stays lock-free.
+ * See doc/device-memory.md.
+ * @{
+ */
+
+/** A memory domain's operations. Every function is called without the
+ * cache's locks held and may be called from any thread. */
+struct mrmgr_domain_ops {
+	/** sizeof(struct mrmgr_domain_ops) as the caller built it. */
+	size_t size;
+	/** For logs and mrmgr_info ("cuda", "sim"). */
+	const char *name;
+	/** The allocation that holds @p va: its first address, its size
+	 * (every segment of a multi-segment allocation), its buffer id
+	 * (never the same for two allocations). 0 or a positive errno. */
+	int (*query)(void *ctx, uint64_t va, uint64_t *base, uint64_t *size,
+		     uint64_t *buffer_id);
+	/** Nonzero while the allocation at @p base still has @p buffer_id. */
+	int (*valid)(void *ctx, uint64_t base, uint64_t buffer_id);
+	/** A new dma-buf descriptor of [@p base, + @p size), the caller's to
+	 * close. 0 or a positive errno. */
+	int (*export_dmabuf)(void *ctx, uint64_t base, uint64_t size, int *fd);
+	/** The domain's free counter: it moves (before an address can be
+	 * given again) at every free. Read with an atomic load. */
+	const uint64_t *(*free_counter)(void *ctx);
+};
+
+/** A memory domain (mrmgr_domain_create(), mrmgr_domain_open_cuda()). */
+typedef struct mrmgr_domain mrmgr_domain_t;
+
+/**
+ * A memory domain over @p ops (copied) and @p ctx (the caller's, kept
+ * until mrmgr_domain_destroy()).
+ * @param ops     the operations (copied).
+ * @param ctx     passed to each operation.
+ * @param domain  receives the domain.
+ * @return 0, EINVAL (a NULL argument or
+ * operation), ENOMEM.
+ */
+MRMGR_EXPORT int mrmgr_domain_create(const struct mrmgr_domain_ops *ops,
+				     void *ctx, mrmgr_domain_t **domain);
+
+/**
+ * The CUDA domain: libcuda.so.1 loaded with dlopen() (no build or link
+ * dependency).
+ * @param domain  receives the domain.
+ * @return 0, or ENODEV where libcuda.so.1 is absent, ENXIO
+ * where cuInit() fails (no device), EOPNOTSUPP where the driver lacks a
+ * function the domain needs (the first failure is logged at info level,
+ * saying which).
+ */
+MRMGR_EXPORT int mrmgr_domain_open_cuda(mrmgr_domain_t **domain);
+
+/**
+ * Report that memory of @p domain was freed, for a domain that cannot
+ * see frees itself (the CUDA domain has no free hook yet): call it after
+ * the free, before the address can be allocated again; the next get of
+ * each cache of the domain then re-validates buffer ids, so a new
+ * allocation at the freed address misses.
+ * @param domain  the domain.
+ * @return 0 or EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_domain_freed(mrmgr_domain_t *domain);
+
+/** Destroy a domain no cache uses any more.
+ * @param domain  the domain.
+ * @return 0, EINVAL, EBUSY. */
+MRMGR_EXPORT int mrmgr_domain_destroy(mrmgr_domain_t *domain);
+
+/**
+ * A cache of registrations of @p domain's allocations, by device
+ * virtual address (mrmgr_get_device()).
+ * @param pd      the protection domain.
+ * @param attr    attributes, or NULL for the defaults.
+ * @param domain  the memory domain (destroy it after the cache).
+ * @param cache   receives the cache.
+ * @return as mrmgr_cache_create(),
+ * or EINVAL for a NULL domain.
+ */
+MRMGR_EXPORT int mrmgr_cache_create_device(struct ibv_pd *pd,
+					   const struct mrmgr_cache_attr *attr,
+					   mrmgr_domain_t *domain,
+					   mrmgr_cache_t **cache);
+
+/**
+ * Get a registration covering [@p va, + @p length) of the cache's
+ * domain. A miss registers the whole allocation that holds @p va (its
+ * dma-buf, iova = device VA), so the region's MR addresses the request
+ * by @p va.
+ * @param cache   a device-VA cache.
+ * @param va      the first device address.
+ * @param length  bytes, at least 1.
+ * @param access  IBV_ACCESS_* bits.
+ * @param region  receives the region.
+ * @return 0, or EINVAL (not a device cache, zero length, the
+ * range past its allocation), what the domain's query or export said
+ * (ENOENT: no allocation there), EOPNOTSUPP for an allocation that is
+ * not whole pages (it may share a page with another: not cached), what
+ * the device said (EOPNOTSUPP: no dma-buf registration).
+ */
+MRMGR_EXPORT int mrmgr_get_device(mrmgr_cache_t *cache, uint64_t va,
+				  size_t length, unsigned int access,
+				  mrmgr_region_t **region);
+/** @} */
+
 #ifdef __cplusplus
 }
 #endif

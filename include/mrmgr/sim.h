@@ -519,6 +519,102 @@ MRMGR_EXPORT int mrmgr_sim_unimport_mr(struct ibv_mr *mr);
  */
 MRMGR_EXPORT int mrmgr_sim_page_identity_available(void);
 
+/**
+ * @name A simulated device allocator (MRMGR_SIM_1.1)
+ *
+ * A memory domain for tests and tools (mrmgr_cache_create_device()):
+ * device VAs no host mapping uses, each allocation a memfd (its dma-buf),
+ * buffer ids never given twice, an address given again after a free (the
+ * most recently freed range of the same size first), allocations of
+ * several segments, deferred frees.
+ * @{
+ */
+struct mrmgr_sim_gpu;
+
+/**
+ * A new allocator.
+ * @param gpu  receives it.
+ * @return 0, EINVAL, ENOMEM.
+ */
+MRMGR_EXPORT int mrmgr_sim_gpu_open(struct mrmgr_sim_gpu **gpu);
+/**
+ * Close it, after mrmgr_domain_destroy() of its domain.
+ * @param gpu  the allocator.
+ * @return 0 or EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_sim_gpu_close(struct mrmgr_sim_gpu *gpu);
+/**
+ * Its domain's operations: mrmgr_domain_create(mrmgr_sim_gpu_ops(),
+ * gpu, &domain).
+ * @return the operations (static).
+ */
+MRMGR_EXPORT const struct mrmgr_domain_ops *mrmgr_sim_gpu_ops(void);
+/**
+ * Allocate device memory.
+ * @param gpu   the allocator.
+ * @param size  bytes (rounded up to 64 KiB).
+ * @param nseg  segments of one VA range, at least 1.
+ * @param va    receives the device address.
+ * @return 0, EINVAL, ENOMEM, or memfd's errno.
+ */
+MRMGR_EXPORT int mrmgr_sim_gpu_alloc(struct mrmgr_sim_gpu *gpu, size_t size,
+				     unsigned int nseg, uint64_t *va);
+/**
+ * Free an allocation: the free counter moves, the address may be given
+ * again.
+ * @param gpu  the allocator.
+ * @param va   the allocation's address.
+ * @return 0 or EINVAL (no allocation there).
+ */
+MRMGR_EXPORT int mrmgr_sim_gpu_free(struct mrmgr_sim_gpu *gpu, uint64_t va);
+/**
+ * As mrmgr_sim_gpu_free(), the address given again only after
+ * mrmgr_sim_gpu_sync().
+ * @param gpu  the allocator.
+ * @param va   the allocation's address.
+ * @return 0 or EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_sim_gpu_free_deferred(struct mrmgr_sim_gpu *gpu,
+					     uint64_t va);
+/**
+ * Let deferred frees' addresses be given again.
+ * @param gpu  the allocator.
+ * @return 0 or EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_sim_gpu_sync(struct mrmgr_sim_gpu *gpu);
+/**
+ * Copy to device memory (the host's view, as cudaMemcpy).
+ * @param gpu  the allocator.
+ * @param va   the destination, inside one allocation.
+ * @param src  the bytes.
+ * @param len  how many.
+ * @return 0 or EINVAL (not inside one allocation).
+ */
+MRMGR_EXPORT int mrmgr_sim_gpu_write(struct mrmgr_sim_gpu *gpu, uint64_t va,
+				     const void *src, size_t len);
+/**
+ * Copy from device memory; as mrmgr_sim_gpu_write().
+ * @param gpu  the allocator.
+ * @param va   the source, inside one allocation.
+ * @param dst  receives the bytes.
+ * @param len  how many.
+ * @return 0 or EINVAL.
+ */
+MRMGR_EXPORT int mrmgr_sim_gpu_read(struct mrmgr_sim_gpu *gpu, uint64_t va,
+				    void *dst, size_t len);
+/**
+ * The allocation's segments.
+ * @param gpu       the allocator.
+ * @param va        an address inside the allocation.
+ * @param nseg      receives how many.
+ * @param seg_size  receives each one's size.
+ * @return 0, EINVAL, ENOENT (no allocation there).
+ */
+MRMGR_EXPORT int mrmgr_sim_gpu_segments(struct mrmgr_sim_gpu *gpu,
+					uint64_t va, unsigned int *nseg,
+					uint64_t *seg_size);
+/** @} */
+
 #ifdef __cplusplus
 }
 #endif

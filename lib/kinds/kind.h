@@ -22,7 +22,7 @@ struct mrmgr_device_ops;
 enum mrmgr__kind_id {
 	MRMGR__KIND_HOST = 0,      /* host virtual memory (host.c) */
 	MRMGR__KIND_DMABUF = 1,    /* a dma-buf's bytes (dmabuf.c) */
-	MRMGR__KIND_DEVICE_VA = 2, /* reserved: issue 28, not implemented */
+	MRMGR__KIND_DEVICE_VA = 2, /* a memory domain's device VAs (devva.c) */
 	MRMGR__KIND_COUNT
 };
 
@@ -31,7 +31,8 @@ enum mrmgr__kind_sources {
 	/* The memory-event monitor (lib/monitor): the miss watches the span
 	 * before it registers and commits the watch when it publishes. */
 	MRMGR__KIND_SRC_MONITOR = 1u << 0,
-	/* Reserved (issue 28): a memory domain's free counter. */
+	/* A memory domain's free counter: the get re-validates the kind's
+	 * allocations when it moved (lib/core/kind_devva.c). */
 	MRMGR__KIND_SRC_DOMAIN = 1u << 1,
 };
 
@@ -64,6 +65,8 @@ struct mrmgr__kind {
 extern const struct mrmgr__kind mrmgr__kind_host;
 /* Kind two: dma-buf bytes, keyed by the buffer's identity (dmabuf.c). */
 extern const struct mrmgr__kind mrmgr__kind_dmabuf;
+/* Kind three: device VAs of a memory domain (devva.c). */
+extern const struct mrmgr__kind mrmgr__kind_devva;
 
 /* The table of kind id, or NULL when that kind is not built in. */
 const struct mrmgr__kind *mrmgr__kind_by_id(enum mrmgr__kind_id id);

@@ -10,3 +10,4 @@ set -eu
 ./examples/export_import >/dev/null
 ./examples/export_import --rxe >/dev/null 2>&1
 ./examples/dmabuf_cache >/dev/null
+./examples/device_va_cache >/dev/null

@@ -27,10 +27,14 @@ unset MRMGR_MAX_BYTES MRMGR_MONITOR MRMGR_MERGE MRMGR_LOG_LEVEL
 
 "$tool" --sim >"$out" 2>"$err"
 check "--sim exits 0 (got $?)" test $? -eq 0
-for s in Version Configuration "Memory-event sources" "Memlock budget" Devices; do
+for s in Version Configuration "Memory-event sources" "Memlock budget" Devices \
+	"Memory domains"; do
 	check "section \"$s\"" has "^$s\$"
 done
 check "version line" has "^  libmrmgr [0-9]+\.[0-9]+"
+check "the CUDA domain said present, absent or off" \
+	has "^  cuda +(present|absent: libcuda.so.1 not found|off: )"
+check "--sim lists the simulated device allocator" has "^  sim +present"
 check "memory calls defined outside libc reported" has "^  defined outside libc "
 check "MRMGR_MAX_BYTES from the default" entry MRMGR_MAX_BYTES "[0-9]+" default
 check "MRMGR_MONITOR from the default" entry MRMGR_MONITOR auto default

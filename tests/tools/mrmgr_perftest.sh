@@ -42,6 +42,8 @@ check "table, CSV and JSON agree; the cache registers less; ODP measured" \
 	python3 "$check_py" "$w/a.out" "$w/a.csv" "$w/a.json" --expect cache-fewer odp
 check "sizes over --max are skipped with the reason" \
 	grep -Eq '^rereg +translation +1MiB .* skipped +twice the size is over --max 256KiB' "$w/a.out"
+check "the dma-buf cache's hit and miss rows" \
+	sh -c "grep -Eq '^cache +dmabuf-miss +64KiB' '$w/a.out' && grep -Eq '^cache +dmabuf-hit +64KiB' '$w/a.out'"
 check "a size over the limit is not in the curve" sh -c "! grep -Eq '^curve +reg-pinned +512KiB' '$w/a.out'"
 if command -v gnuplot >/dev/null 2>&1; then
 	check "--plot draws a PNG" sh -c "head -c 8 '$w/a.png' | od -An -c | grep -q 'P   N   G'"
@@ -57,6 +59,8 @@ check "--sim=rxe exits 0 (got $rc)" test $rc -eq 0
 check "rxe: rows agree; rereg and ODP unsupported; the cache registers less" \
 	python3 "$check_py" "$w/b.out" "$w/b.csv" "$w/b.json" \
 	--expect cache-fewer rereg-unsupported no-odp
+check "rxe: the dma-buf row says unsupported, with the device's error" \
+	grep -Eq '^cache +dmabuf-hit .*unsupported +mrmgr_get_dmabuf of a memfd: Operation not supported' "$w/b.out"
 check "rxe: the reason is the device's" grep -Eq '^rereg +translation .*unsupported +not supported: ibv_rereg_mr said Operation not supported' "$w/b.out"
 
 # SIGINT at a point where something is registered (the tool's test hook
@@ -85,6 +89,9 @@ interrupt loop:2900 "in cached loop: deregistered 0 MRs, put the held region, de
 	$small --no-curve --no-seeds
 # shellcheck disable=SC2086
 interrupt hitmiss:2 "in hit and miss: deregistered 0 MRs, put the held region, destroyed the cache;" \
+	$small --no-curve --no-seeds
+# shellcheck disable=SC2086
+interrupt dmabuf:2 "in dma-buf: deregistered 0 MRs, destroyed the cache;" \
 	$small --no-curve --no-seeds
 
 # A real SIGINT from outside, mid-run (the loop would run for hours).

@@ -20,8 +20,9 @@ Test(kinds, host_is_kind_one)
 	cr_assert(mrmgr__kind_monitored(&mrmgr__kind_host));
 	cr_assert_eq(mrmgr__kind_by_id(MRMGR__KIND_DMABUF), &mrmgr__kind_dmabuf);
 	cr_assert_not(mrmgr__kind_monitored(&mrmgr__kind_dmabuf));
-	/* Reserved for issue 28's device VA, not built: no table. */
-	cr_assert_null(mrmgr__kind_by_id(MRMGR__KIND_DEVICE_VA));
+	/* Kind three: device VAs, watched by its domain's free counter. */
+	cr_assert_eq(mrmgr__kind_by_id(MRMGR__KIND_DEVICE_VA), &mrmgr__kind_devva);
+	cr_assert_not(mrmgr__kind_monitored(&mrmgr__kind_devva));
 	cr_assert_null(mrmgr__kind_by_id(MRMGR__KIND_COUNT));
 	cr_assert_null(mrmgr__kind_by_id((enum mrmgr__kind_id)-1));
 }

@@ -407,6 +407,8 @@ int main(int argc, char **argv)
 		ret |= pt_seeds(&d, &o);
 	if (!o.no_loop && !pt_stop)
 		ret |= pt_loop(&d, &o);
+	if (!o.no_loop && !pt_stop)
+		ret |= pt_dmabuf(&d, &o);
 	if (pt_stop)
 		return interrupted(&d);
 	pt_phase("output");

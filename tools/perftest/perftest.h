@@ -136,6 +136,9 @@ int pt_plot(const char *path, const char *title);
 int pt_curve(struct pt_dev *d, const struct pt_opts *o);
 int pt_seeds(struct pt_dev *d, const struct pt_opts *o);
 int pt_loop(struct pt_dev *d, const struct pt_opts *o);
+/* The dma-buf cache's miss and hit rows (dmabuf.c); 0 also when the
+ * device cannot register dma-bufs (the row says unsupported). */
+int pt_dmabuf(struct pt_dev *d, const struct pt_opts *o);
 /* The cache the loop has open and the region it holds, for cleanup. */
 extern mrmgr_cache_t *pt_live_cache;
 extern mrmgr_region_t *pt_live_region;
