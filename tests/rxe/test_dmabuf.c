@@ -84,6 +84,7 @@ Test(rxe_dmabuf, verbs_refuses_with_eopnotsupp)
 #else
 	rdma_fixture_open_rxe(&f, 0, "these are rxe facts");
 	fd = make_buffer(&what);
+	cr_log_info("the dma-buf: %s", what);
 	errno = 0;
 	struct ibv_mr *mr = ibv_reg_dmabuf_mr(f.pd, 0, LEN, 0, fd,
 					      IBV_ACCESS_LOCAL_WRITE);
@@ -107,6 +108,7 @@ Test(rxe_dmabuf, the_api_says_eopnotsupp_and_leaks_no_fd)
 	rdma_fixture_open_rxe(&f, 0, "these are rxe facts");
 	cr_assert_eq(mrmgr_cache_create_dmabuf(f.pd, NULL, &c), 0);
 	fd = make_buffer(&what);
+	cr_log_info("the dma-buf: %s", what);
 	base = count_fds();
 	struct mrmgr_dmabuf_attr a = { .fd = fd, .offset = 0, .length = LEN,
 				       .access = IBV_ACCESS_LOCAL_WRITE };
