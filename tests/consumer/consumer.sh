@@ -45,6 +45,13 @@ case " $flags " in
 esac
 # The -L flag already carries the sysroot, where there is one.
 libdir=$(pkg-config --libs-only-L mrmgr | sed 's/^ *-L//; s/ .*//')
+# No static library: a static binary would carry a libc the monitor
+# cannot follow (doc/monitor.md, "a static binary"), so it cannot link
+# libmrmgr at all.
+if ls "$libdir"/libmrmgr*.a >/dev/null 2>&1; then
+	echo "FAIL: a static libmrmgr is installed ($(ls "$libdir"/libmrmgr*.a))" >&2
+	exit 1
+fi
 run() {
 	LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
 }
