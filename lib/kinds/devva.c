@@ -21,6 +21,7 @@
 #include "device.h"
 #include "devva.h"
 #include "kind.h"
+#include "mr_record.h"
 
 __thread int mrmgr__devva_entry;
 __thread uint64_t mrmgr__devva_va;
@@ -34,18 +35,12 @@ struct alloc {
 	struct alloc *next;
 };
 
-struct mr_rec {
-	struct ibv_mr *mr;
-	struct alloc *a;
-	struct mr_rec *next;
-};
-
 struct mrmgr__devva_tbl {
 	pthread_mutex_t lock;
 	pthread_mutex_t vlock; /* one validation at a time */
 	struct mrmgr_domain *dom;
 	struct alloc *allocs;
-	struct mr_rec *mrs;
+	struct mrmgr__kind_mr *mrs; /* owner: the allocation */
 	uint64_t nfds;
 	uint64_t validated;    /* the free count last validated at */
 };
@@ -197,7 +192,7 @@ static int devva_reg(void *ctx, const struct mrmgr_device_ops *ops,
 	const struct mrmgr_domain *d = t->dom;
 	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE) - 1;
 	uint64_t base, size, id, off, end;
-	struct mr_rec *rec;
+	struct mrmgr__kind_mr *rec;
 	struct alloc *a;
 	int ret;
 
@@ -234,10 +229,7 @@ static int devva_reg(void *ctx, const struct mrmgr_device_ops *ops,
 	a->pins--;
 	if (!ret) {
 		a->nmrs++;
-		rec->mr = *mr;
-		rec->a = a;
-		rec->next = t->mrs;
-		t->mrs = rec;
+		mrmgr__kind_mr_push(&t->mrs, rec, *mr, a);
 		rec = NULL;
 	}
 	maybe_close(t, a);
@@ -246,48 +238,29 @@ static int devva_reg(void *ctx, const struct mrmgr_device_ops *ops,
 	return ret;
 }
 
+static void devva_released(void *ctx, void *owner)
+{
+	struct alloc *a = owner;
+
+	a->nmrs--;
+	maybe_close(ctx, a);
+}
+
+/* The record goes first, while the MR lives (mr_record.c says why). */
 static int devva_dereg(void *ctx, const struct mrmgr_device_ops *ops,
 		       struct ibv_mr *mr)
 {
 	struct mrmgr__devva_tbl *t = ctx;
-	struct mr_rec *rec = NULL;
-	int ret;
 
-	/* The record first, while the MR lives (dmabuf.c says why). */
-	pthread_mutex_lock(&t->lock);
-	for (struct mr_rec **pp = &t->mrs; *pp; pp = &(*pp)->next) {
-		if ((*pp)->mr == mr) {
-			rec = *pp;
-			*pp = rec->next;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&t->lock);
-	ret = mrmgr__dev_dereg_mr(ops, mr);
-	pthread_mutex_lock(&t->lock);
-	if (ret && rec) {
-		rec->next = t->mrs;
-		t->mrs = rec;
-		rec = NULL;
-	} else if (rec) {
-		rec->a->nmrs--;
-		maybe_close(t, rec->a);
-	}
-	pthread_mutex_unlock(&t->lock);
-	free(rec);
-	return ret;
+	return mrmgr__kind_mr_dereg(&t->lock, &t->mrs, ops, mr,
+				    devva_released, t);
 }
 
 static void devva_fini(void *ctx)
 {
 	struct mrmgr__devva_tbl *t = ctx;
 
-	while (t->mrs) {
-		struct mr_rec *rec = t->mrs;
-
-		t->mrs = rec->next;
-		free(rec);
-	}
+	mrmgr__kind_mr_free_all(&t->mrs);
 	while (t->allocs) {
 		struct alloc *a = t->allocs;
 

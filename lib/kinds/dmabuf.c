@@ -25,6 +25,7 @@
 #include "device.h"
 #include "dmabuf.h"
 #include "kind.h"
+#include "mr_record.h"
 
 __thread int mrmgr__dmabuf_entry;
 
@@ -39,16 +40,10 @@ struct mrmgr__dmabuf_buf {
 	struct mrmgr__dmabuf_buf *next;
 };
 
-struct mr_rec {
-	struct ibv_mr *mr;
-	struct mrmgr__dmabuf_buf *b;
-	struct mr_rec *next;
-};
-
 struct mrmgr__dmabuf_tbl {
 	pthread_mutex_t lock;
 	struct mrmgr__dmabuf_buf *bufs;
-	struct mr_rec *mrs;
+	struct mrmgr__kind_mr *mrs; /* owner: the buffer */
 	uint64_t next_slot;  /* never given yet, from 1 */
 	uint64_t *free_slots; /* given back, most recent last */
 	size_t nfree, free_cap;
@@ -227,7 +222,7 @@ static int dmabuf_reg(void *ctx, const struct mrmgr_device_ops *ops,
 	uint64_t slot = key >> MRMGR__DMABUF_SLOT_SHIFT;
 	uint64_t off = key & (MRMGR__DMABUF_MAX_OFFSET - 1);
 	struct mrmgr__dmabuf_buf *b;
-	struct mr_rec *rec;
+	struct mrmgr__kind_mr *rec;
 	int ret;
 
 	*mr = NULL;
@@ -257,10 +252,7 @@ static int dmabuf_reg(void *ctx, const struct mrmgr_device_ops *ops,
 	b->pins--;
 	if (!ret) {
 		b->nmrs++;
-		rec->mr = *mr;
-		rec->b = b;
-		rec->next = t->mrs;
-		t->mrs = rec;
+		mrmgr__kind_mr_push(&t->mrs, rec, *mr, b);
 		rec = NULL;
 	}
 	maybe_close(t, b);
@@ -269,43 +261,22 @@ static int dmabuf_reg(void *ctx, const struct mrmgr_device_ops *ops,
 	return ret;
 }
 
+static void dmabuf_released(void *ctx, void *owner)
+{
+	struct mrmgr__dmabuf_buf *b = owner;
+
+	b->nmrs--;
+	maybe_close(ctx, b);
+}
+
+/* The record goes first, while the MR lives (mr_record.c says why). */
 static int dmabuf_dereg(void *ctx, const struct mrmgr_device_ops *ops,
 			struct ibv_mr *mr)
 {
 	struct mrmgr__dmabuf_tbl *t = ctx;
-	struct mr_rec *rec = NULL;
-	int ret;
 
-	/*
-	 * The record goes first, while the MR is live: once the device lets
-	 * go of it, its address may come back at once for another buffer's
-	 * registration on another thread, whose record must not be the one
-	 * taken here (that buffer's slot would be given back under its
-	 * cached region: the torture caught it).
-	 */
-	pthread_mutex_lock(&t->lock);
-	for (struct mr_rec **pp = &t->mrs; *pp; pp = &(*pp)->next) {
-		if ((*pp)->mr == mr) {
-			rec = *pp;
-			*pp = rec->next;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&t->lock);
-	ret = mrmgr__dev_dereg_mr(ops, mr);
-	pthread_mutex_lock(&t->lock);
-	if (ret && rec) {
-		/* The MR may live: its buffer stays held, retried later. */
-		rec->next = t->mrs;
-		t->mrs = rec;
-		rec = NULL;
-	} else if (rec) {
-		rec->b->nmrs--;
-		maybe_close(t, rec->b);
-	}
-	pthread_mutex_unlock(&t->lock);
-	free(rec);
-	return ret;
+	return mrmgr__kind_mr_dereg(&t->lock, &t->mrs, ops, mr,
+				    dmabuf_released, t);
 }
 
 /* The cache is gone: what an abandoned MR (a deregistration that never
@@ -314,12 +285,7 @@ static void dmabuf_fini(void *ctx)
 {
 	struct mrmgr__dmabuf_tbl *t = ctx;
 
-	while (t->mrs) {
-		struct mr_rec *rec = t->mrs;
-
-		t->mrs = rec->next;
-		free(rec);
-	}
+	mrmgr__kind_mr_free_all(&t->mrs);
 	while (t->bufs) {
 		struct mrmgr__dmabuf_buf *b = t->bufs;
 
