@@ -8,6 +8,10 @@
 #define MRMGR_TEST_HELPERS_H
 
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -100,6 +104,34 @@ static inline int reg_err(struct ibv_pd *pd, void *p, size_t len,
 	if (!ret)
 		cr_assert_eq(mrmgr_sim_dereg_mr(mr), 0);
 	return ret;
+}
+
+/* This process's descriptors whose target names `name` (every one, less
+ * the listing's own, when name is NULL): the fd-leak counts of the
+ * device-memory tests. */
+static inline int count_fds_to(const char *name)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while ((e = readdir(d))) {
+		char path[300], to[256];
+		ssize_t len;
+
+		if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, to, sizeof(to) - 1);
+		if (len < 0)
+			continue;
+		to[len] = '\0';
+		if (!name || strstr(to, name))
+			n++;
+	}
+	closedir(d);
+	return n;
 }
 
 #endif

@@ -26,27 +26,7 @@
 /* The process's descriptors of the simulated allocator's memfds. */
 static int count_fds(void)
 {
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	cr_assert_not_null(d);
-	while ((e = readdir(d))) {
-		char path[300], to[256];
-		ssize_t len;
-
-		if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-		len = readlink(path, to, sizeof(to) - 1);
-		if (len < 0)
-			continue;
-		to[len] = '\0';
-		if (strstr(to, "mrmgr-sim-gpu"))
-			n++;
-	}
-	closedir(d);
-	return n;
+	return count_fds_to("mrmgr-sim-gpu");
 }
 
 struct dfx {
