@@ -220,27 +220,22 @@ static size_t vex_at(const uint8_t *p, size_t n, size_t i, uint16_t *kind,
 	return i + 1;
 }
 
-size_t mrmgr__x86_decode(const uint8_t *p, size_t n, struct mrmgr__x86_insn *in)
+/* Legacy prefixes and REX from p[0]: the opcode's index, n when they
+ * fill all n bytes. A REX counts only right before the opcode, so any
+ * prefix after one cancels it. */
+static size_t prefixes_at(const uint8_t *p, size_t n,
+			  struct mrmgr__x86_insn *in, int *addr32)
 {
-	size_t i = 0;
-	int addr32 = 0;
-	uint16_t kind;
-	unsigned int il;
+	size_t i;
 
-	memset(in, 0, sizeof(*in));
-	if (n > 15)
-		n = 15;
-	/* Legacy prefixes; a REX counts only right before the opcode. */
-	for (;; i++) {
-		if (i >= n)
-			return 0;
+	for (i = 0; i < n; i++) {
 		switch (p[i]) {
 		case 0x66:
 			in->opsize16 = 1;
 			in->rex = 0;
 			continue;
 		case 0x67:
-			addr32 = 1;
+			*addr32 = 1;
 			in->rex = 0;
 			continue;
 		case 0xf2:
@@ -261,75 +256,94 @@ size_t mrmgr__x86_decode(const uint8_t *p, size_t n, struct mrmgr__x86_insn *in)
 		}
 		break;
 	}
+	return i;
+}
+
+/* The 0F escape at p[i]: the two-byte map, or the three-byte 0F38 and
+ * 0F3A maps behind it. The index after the opcode (*kind set), or 0. */
+static size_t map0f_at(const uint8_t *p, size_t n, size_t i, uint16_t *kind,
+		       struct mrmgr__x86_insn *in)
+{
+	if (++i >= n)
+		return 0;
 	in->op = p[i];
-	in->map = MRMGR__X86_MAP_1;
-	kind = one_byte[in->op];
-	if (in->op == 0x0f) {
+	in->map = MRMGR__X86_MAP_0F;
+	*kind = two_byte[in->op];
+	if (in->op == 0x38 || in->op == 0x3a) {
 		if (++i >= n)
 			return 0;
+		in->map = in->op == 0x38 ? MRMGR__X86_MAP_0F38
+					 : MRMGR__X86_MAP_0F3A;
 		in->op = p[i];
-		in->map = MRMGR__X86_MAP_0F;
-		kind = two_byte[in->op];
-		if (in->op == 0x38 || in->op == 0x3a) {
-			if (++i >= n)
-				return 0;
-			in->map = in->op == 0x38 ? MRMGR__X86_MAP_0F38
-						 : MRMGR__X86_MAP_0F3A;
-			in->op = p[i];
-			kind = in->map == MRMGR__X86_MAP_0F38 ? M : MI;
-		} else if (in->op == 0x78 && (in->opsize16 || in->rep == 0xf2)) {
-			kind = M | IW; /* SSE4a extrq/insertq: two ib */
-		}
-		i++;
-	} else if (in->op == 0xc4 || in->op == 0xc5 || in->op == 0x62 ||
-		   (in->op == 0x8f && i + 1 < n && (p[i + 1] & 0x1f) >= 8)) {
+		*kind = in->map == MRMGR__X86_MAP_0F38 ? M : MI;
+	} else if (in->op == 0x78 && (in->opsize16 || in->rep == 0xf2)) {
+		*kind = M | IW; /* SSE4a extrq/insertq: two ib */
+	}
+	return i + 1;
+}
+
+/* The opcode at p[i], past the prefixes, in whichever map it opens: the
+ * index after it (*kind says what follows), or 0. */
+static size_t opcode_at(const uint8_t *p, size_t n, size_t i, uint16_t *kind,
+			struct mrmgr__x86_insn *in)
+{
+	in->op = p[i];
+	in->map = MRMGR__X86_MAP_1;
+	*kind = one_byte[in->op];
+	if (in->op == 0x0f)
+		return map0f_at(p, n, i, kind, in);
+	/* 8F is XOP only with a map field of 8 or more (else it is pop). */
+	if (in->op == 0xc4 || in->op == 0xc5 || in->op == 0x62 ||
+	    (in->op == 0x8f && i + 1 < n && (p[i + 1] & 0x1f) >= 8)) {
 		if (in->rex)
 			return 0; /* REX before VEX/EVEX/XOP: #UD */
-		i = vex_at(p, n, i, &kind, in);
-		if (!i)
-			return 0;
-	} else {
-		if (kind & S && in->op != 0x8f && in->op != 0xc7 &&
-		    in->op != 0xff)
-			return 0; /* a prefix past the limit */
-		if (in->op == 0x8f)
-			kind = M;
-		else if (in->op == 0xc7)
-			kind = MZ;
-		else if (in->op == 0xff)
-			kind = M;
-		i++;
+		return vex_at(p, n, i, kind, in);
 	}
-	if (kind & X)
-		return 0;
-	if (kind & (M | F)) {
-		i = modrm_at(p, n, i, kind, in);
-		if (!i)
-			return 0;
-	}
-	/* Groups whose meaning depends on ModRM.reg. */
-	if (in->map == MRMGR__X86_MAP_1) {
-		unsigned int reg = in->modrm >> 3 & 7;
+	if (*kind & S && in->op != 0x8f && in->op != 0xc7 && in->op != 0xff)
+		return 0; /* a prefix past the limit */
+	if (in->op == 0x8f)
+		*kind = M;
+	else if (in->op == 0xc7)
+		*kind = MZ;
+	else if (in->op == 0xff)
+		*kind = M;
+	return i + 1;
+}
 
-		if (in->op == 0xff) {
-			if (reg == 7)
-				return 0;
-			if (reg >= 2 && reg <= 5)
-				in->flags |= MRMGR__X86_CTRL | MRMGR__X86_INDIRECT |
-					     (reg <= 3 ? MRMGR__X86_CALL
-						       : MRMGR__X86_NOFALL);
-		} else if (in->op == 0xc7 && in->modrm == 0xf8) {
-			kind |= R | C; /* xbegin rel32 */
-		} else if ((in->op == 0xc6 || in->op == 0xc7) && reg &&
-			   in->modrm != 0xf8) {
-			return 0;
-		} else if (in->op == 0x8f && reg) {
-			return 0;
-		}
-		if (in->op == 0xe8)
-			in->flags |= MRMGR__X86_CALL;
+/* The one-byte map's groups whose meaning depends on ModRM.reg (FF's
+ * indirect branches, C6/C7's xbegin, 8F's pop) and E8's call: 0, or -1
+ * for an encoding that does not exist. */
+static int map1_groups(struct mrmgr__x86_insn *in, uint16_t *kind)
+{
+	unsigned int reg = in->modrm >> 3 & 7;
+
+	if (in->op == 0xff) {
+		if (reg == 7)
+			return -1;
+		if (reg >= 2 && reg <= 5)
+			in->flags |= MRMGR__X86_CTRL | MRMGR__X86_INDIRECT |
+				     (reg <= 3 ? MRMGR__X86_CALL
+					       : MRMGR__X86_NOFALL);
+	} else if (in->op == 0xc7 && in->modrm == 0xf8) {
+		*kind |= R | C; /* xbegin rel32 */
+	} else if ((in->op == 0xc6 || in->op == 0xc7) && reg &&
+		   in->modrm != 0xf8) {
+		return -1;
+	} else if (in->op == 0x8f && reg) {
+		return -1;
 	}
-	il = imm_len(kind, in, addr32);
+	if (in->op == 0xe8)
+		in->flags |= MRMGR__X86_CALL;
+	return 0;
+}
+
+/* The immediate at p[i], and the flags kind gives: the instruction's
+ * length, or 0 when it runs past n. */
+static size_t imm_at(const uint8_t *p, size_t n, size_t i, uint16_t kind,
+		     int addr32, struct mrmgr__x86_insn *in)
+{
+	unsigned int il = imm_len(kind, in, addr32);
+
 	in->imm_off = (uint8_t)i;
 	in->imm_len = (uint8_t)il;
 	i += il;
@@ -345,6 +359,31 @@ size_t mrmgr__x86_decode(const uint8_t *p, size_t n, struct mrmgr__x86_insn *in)
 		in->flags |= MRMGR__X86_NOFALL;
 	in->len = (uint8_t)i;
 	return i;
+}
+
+size_t mrmgr__x86_decode(const uint8_t *p, size_t n, struct mrmgr__x86_insn *in)
+{
+	size_t i;
+	int addr32 = 0;
+	uint16_t kind;
+
+	memset(in, 0, sizeof(*in));
+	if (n > 15)
+		n = 15;
+	i = prefixes_at(p, n, in, &addr32);
+	if (i >= n)
+		return 0;
+	i = opcode_at(p, n, i, &kind, in);
+	if (!i || kind & X)
+		return 0;
+	if (kind & (M | F)) {
+		i = modrm_at(p, n, i, kind, in);
+		if (!i)
+			return 0;
+	}
+	if (in->map == MRMGR__X86_MAP_1 && map1_groups(in, &kind))
+		return 0;
+	return imm_at(p, n, i, kind, addr32, in);
 }
 
 int mrmgr__x86_is_nop(const struct mrmgr__x86_insn *in)
