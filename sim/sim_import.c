@@ -443,14 +443,93 @@ static int still_imported(const struct mrmgr__sim_import *imp,
 	return 0;
 }
 
+/* The imported MR of spd that rkey names, or NULL. Lock held. */
+static struct mrmgr__sim_mr *imported_mr(const struct mrmgr__sim_import *imp,
+					 const struct mrmgr__sim_pd *spd,
+					 uint32_t rkey)
+{
+	struct mrmgr__sim_mr *m = NULL;
+
+	for (size_t i = 0; imp && i < imp->nmrs; i++)
+		if (imp->mrs[i]->ibmr.rkey == rkey && imp->mrs[i]->spd == spd)
+			m = imp->mrs[i];
+	return m;
+}
+
+/*
+ * An access through an import of a context of this process: the owner's
+ * own MR, under the owner's lock only. s's lock is let go meanwhile (and
+ * held again on return), so no two contexts' locks are ever held together
+ * (a forged table may name this context, or one importing from us, as its
+ * owner).
+ */
+static int access_in_owner(struct mrmgr__sim_ctx *s,
+			   const struct mrmgr__sim_import *imp, uint32_t handle,
+			   uint32_t rkey, uint64_t raddr, void *buf, size_t len,
+			   int write, uint64_t *wait_ns)
+{
+	struct mrmgr__sim_ctx *owner;
+	struct mrmgr__sim_mr *om;
+	int ret;
+
+	pthread_mutex_unlock(&s->lock);
+	owner = mrmgr__sim_ctx_find((const struct ibv_context *)(uintptr_t)
+					    imp->owner_token);
+	if (!owner || owner == s || owner->imp ||
+	    strcmp(owner->ibdev.name, imp->owner_name)) {
+		ret = ENOENT;
+	} else {
+		pthread_mutex_lock(&owner->lock);
+		om = mrmgr__sim_mr_by_rkey(owner, rkey);
+		if (!om || om->ibmr.handle != handle)
+			ret = ENOENT;
+		else
+			ret = mrmgr__sim_access_mr(owner, om, raddr, buf, len,
+						   write, wait_ns);
+		pthread_mutex_unlock(&owner->lock);
+	}
+	pthread_mutex_lock(&s->lock);
+	return ret;
+}
+
+/*
+ * An access through an import of another process's context, within what
+ * the import recorded: the owner may have re-registered the MR (grown or
+ * moved it in place) since, and the pages beyond what was recorded at
+ * import are not this import's to reach, nor covered by its PFNs
+ * (ESTALE: re-import). Lock held.
+ */
+static int access_across(const struct mrmgr__sim_ctx *s,
+			 const struct mrmgr__sim_import *imp,
+			 const struct mrmgr__sim_mr *m, uint64_t raddr,
+			 void *buf, size_t len, int write)
+{
+	uint64_t limit = m->npages * PAGE; /* <= 2^57: checked at import */
+	int ret = 0;
+
+	if (raddr < m->span || raddr - m->span >= limit ||
+	    len > limit - (raddr - m->span)) {
+		mrmgr__dbg("sim %s: [%#llx, +%zu) is outside what import "
+			   "%u recorded (re-registered since)",
+			   s->ibdev.name, (unsigned long long)raddr, len,
+			   m->ibmr.handle);
+		return ESTALE;
+	}
+	if (m->pfns)
+		ret = check_owner_identity(imp, m, raddr, len);
+	if (!ret)
+		ret = copy_remote(imp->owner_pid, buf, raddr, len, write);
+	return ret;
+}
+
 int mrmgr__sim_import_access(struct mrmgr__sim_pd *spd, uint32_t rkey,
 			     uint64_t raddr, void *buf, size_t len, int write)
 {
 	unsigned int need = write ? IBV_ACCESS_REMOTE_WRITE
 				  : IBV_ACCESS_REMOTE_READ;
-	struct mrmgr__sim_ctx *s = spd->sctx, *owner;
+	struct mrmgr__sim_ctx *s = spd->sctx;
 	struct mrmgr__sim_import *imp;
-	struct mrmgr__sim_mr *m = NULL, *om;
+	struct mrmgr__sim_mr *m;
 	uint64_t wait_ns = 0;
 	struct mrmgr__sim_tbl_mr e;
 	uint32_t slot;
@@ -458,9 +537,7 @@ int mrmgr__sim_import_access(struct mrmgr__sim_pd *spd, uint32_t rkey,
 
 	pthread_mutex_lock(&s->lock);
 	imp = s->imp;
-	for (size_t i = 0; imp && i < imp->nmrs; i++)
-		if (imp->mrs[i]->ibmr.rkey == rkey && imp->mrs[i]->spd == spd)
-			m = imp->mrs[i];
+	m = imported_mr(imp, spd, rkey);
 	if (!m) {
 		s->stats.access_errors++;
 		pthread_mutex_unlock(&s->lock);
@@ -496,54 +573,11 @@ int mrmgr__sim_import_access(struct mrmgr__sim_pd *spd, uint32_t rkey,
 		ret = ERANGE;
 	else if (!(e.access & need))
 		ret = EACCES;
-	if (!ret && imp->in_process) {
-		/*
-		 * The owner's own MR, under the owner's lock only: ours is let
-		 * go first, so no two contexts' locks are ever held together
-		 * (a forged table may name this context, or one importing
-		 * from us, as its owner).
-		 */
-		uint32_t handle = m->ibmr.handle;
-
-		pthread_mutex_unlock(&s->lock);
-		owner = mrmgr__sim_ctx_find((const struct ibv_context *)(uintptr_t)
-						    imp->owner_token);
-		if (!owner || owner == s || owner->imp ||
-		    strcmp(owner->ibdev.name, imp->owner_name)) {
-			ret = ENOENT;
-		} else {
-			pthread_mutex_lock(&owner->lock);
-			om = mrmgr__sim_mr_by_rkey(owner, rkey);
-			if (!om || om->ibmr.handle != handle)
-				ret = ENOENT;
-			else
-				ret = mrmgr__sim_access_mr(owner, om, raddr, buf,
-							   len, write, &wait_ns);
-			pthread_mutex_unlock(&owner->lock);
-		}
-		pthread_mutex_lock(&s->lock);
-	} else if (!ret) {
-		/*
-		 * What the import recorded is its limit: the owner may have
-		 * re-registered the MR (grown or moved it in place) since, and
-		 * the pages beyond what was recorded at import are not this
-		 * import's to reach, nor covered by its PFNs. Re-import.
-		 */
-		uint64_t limit = m->npages * PAGE; /* <= 2^57: checked at import */
-
-		if (raddr < m->span || raddr - m->span >= limit ||
-		    len > limit - (raddr - m->span)) {
-			ret = ESTALE;
-			mrmgr__dbg("sim %s: [%#llx, +%zu) is outside what import "
-				   "%u recorded (re-registered since)",
-				   s->ibdev.name, (unsigned long long)raddr, len,
-				   m->ibmr.handle);
-		} else if (m->pfns) {
-			ret = check_owner_identity(imp, m, raddr, len);
-		}
-		if (!ret)
-			ret = copy_remote(imp->owner_pid, buf, raddr, len, write);
-	}
+	else if (imp->in_process)
+		ret = access_in_owner(s, imp, m->ibmr.handle, rkey, raddr, buf,
+				      len, write, &wait_ns);
+	else
+		ret = access_across(s, imp, m, raddr, buf, len, write);
 	mrmgr__sim_count_access(s, ret, write);
 	pthread_mutex_unlock(&s->lock);
 	mrmgr__sim_busy_wait(wait_ns);
