@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 
 #include "cache.h"
+#include "hit.h"
 #include "log.h"
 #include "lookup.h"
 #include "pool.h"
@@ -315,6 +316,49 @@ void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 		MRMGR__WRITE_ONCE(t->levels, t->levels & ~(UINT64_C(1) << l));
 }
 
+/* Whether the table holds every cached region (see mrmgr__index_insert()). */
+static int holds_all(const struct mrmgr_cache *c)
+{
+	return !c->lookup.broken && c->lookup.newest &&
+	       !c->lookup.newest->partial;
+}
+
+void mrmgr__index_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	mrmgr__lookup_insert(c, r);
+	if (mrmgr__likely(holds_all(c))) {
+		mrmgr__itree_defer(&c->lookup.pending, &r->node);
+		return;
+	}
+	/* Readers may walk the tree from now on: it must be whole. */
+	mrmgr__itree_flush(&c->tree, &c->lookup.pending);
+	mrmgr__itree_insert(&c->tree, &r->node);
+}
+
+void mrmgr__index_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	mrmgr__lookup_remove(c, r);
+	mrmgr__itree_remove(&c->tree, &r->node); /* waiting or not */
+	if (mrmgr__unlikely(!holds_all(c)))
+		mrmgr__itree_flush(&c->tree, &c->lookup.pending);
+}
+
+struct mrmgr__itree *mrmgr__cache_tree(struct mrmgr_cache *c)
+{
+	if (!mrmgr__itree_pending_empty(&c->lookup.pending)) {
+		/* Nested in the caller's write section, or one of its own:
+		 * the tree changes only inside one. */
+		int open = !(c->seq & 1);
+
+		if (open)
+			mrmgr__seq_write_begin(c);
+		mrmgr__itree_flush(&c->tree, &c->lookup.pending);
+		if (open)
+			mrmgr__seq_write_end(c);
+	}
+	return &c->tree;
+}
+
 /*
  * Chains mrmgr__lookup_near() reads at most before it leaves the answer
  * to the tree: a chain is one or two cache lines of slots, a tree walk
@@ -401,6 +445,7 @@ void mrmgr__lookup_clear(struct mrmgr_cache *c)
 	}
 	if (c->lookup.near)
 		memset(c->lookup.near, 0, c->lookup.near_mask + 1);
+	mrmgr__itree_pending_clear(&c->lookup.pending);
 	c->lookup.used = 0;
 	c->lookup.unindexed = 0;
 	memset(c->lookup.level_count, 0, sizeof(c->lookup.level_count));

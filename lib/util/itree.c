@@ -147,6 +147,71 @@ void mrmgr__itree_init(struct mrmgr__itree *t)
 	MRMGR__WRITE_ONCE(t->count, 0);
 }
 
+/* ------------------------------------------------------------ waiting nodes */
+
+/*
+ * A waiting node's parent, and its list head's: no tree node has it as a
+ * parent. Its keys, like the head's, match no query a reader makes
+ * (start > last for every range but [0, UINT64_MAX], which no containment
+ * query asks), so a stale reader that climbs to it stops there.
+ */
+static const itnode pending_mark = { .start = UINT64_MAX };
+#define PENDING ((uintptr_t)&pending_mark)
+
+int mrmgr__itree_is_pending(const itnode *node)
+{
+	return parent_of(node) == &pending_mark;
+}
+
+void mrmgr__itree_defer(struct mrmgr__itree_pending *p, itnode *node)
+{
+	itnode *h = &p->head;
+	itnode *tail;
+
+	if (!h->right) {
+		MRMGR__WRITE_ONCE(h->start, UINT64_MAX);
+		MRMGR__WRITE_ONCE(h->parent_color, PENDING);
+		MRMGR__WRITE_ONCE(h->left, h);
+		MRMGR__WRITE_ONCE(h->right, h);
+	}
+	tail = h->left;
+	MRMGR__WRITE_ONCE(node->subtree_last, node->last);
+	MRMGR__WRITE_ONCE(node->parent_color, PENDING);
+	MRMGR__WRITE_ONCE(node->left, tail);
+	MRMGR__WRITE_ONCE(node->right, h);
+	MRMGR__WRITE_ONCE(tail->right, node);
+	MRMGR__WRITE_ONCE(h->left, node);
+}
+
+/* Off its pending list; its own links stay for stale readers. */
+static void pending_unlink(itnode *node)
+{
+	MRMGR__WRITE_ONCE(node->left->right, node->right);
+	MRMGR__WRITE_ONCE(node->right->left, node->left);
+}
+
+void mrmgr__itree_flush(struct mrmgr__itree *t, struct mrmgr__itree_pending *p)
+{
+	itnode *h = &p->head;
+
+	if (mrmgr__itree_pending_empty(p))
+		return;
+	for (itnode *n = h->right, *next; n != h; n = next) {
+		next = n->right; /* insert rewrites the links */
+		mrmgr__itree_insert(t, n);
+	}
+	MRMGR__WRITE_ONCE(h->left, h);
+	MRMGR__WRITE_ONCE(h->right, h);
+}
+
+void mrmgr__itree_pending_clear(struct mrmgr__itree_pending *p)
+{
+	if (!mrmgr__itree_pending_empty(p)) {
+		MRMGR__WRITE_ONCE(p->head.left, &p->head);
+		MRMGR__WRITE_ONCE(p->head.right, &p->head);
+	}
+}
+
 /* Restore "no red node has a red child" after linking red node n. */
 static void insert_fixup(struct mrmgr__itree *t, itnode *n)
 {
@@ -257,6 +322,10 @@ void mrmgr__itree_remove(struct mrmgr__itree *t, itnode *z)
 {
 	itnode *parent = parent_of(z);
 
+	if (parent == &pending_mark) {
+		pending_unlink(z);
+		return;
+	}
 	MRMGR__WRITE_ONCE(t->count, t->count - 1);
 	if (!z->left || !z->right) {
 		/*
