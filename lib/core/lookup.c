@@ -122,28 +122,20 @@ static void slot_put(struct mrmgr__lk_table *t, unsigned int level,
 	MRMGR__WRITE_ONCE(t->slot[i].rp, rp);
 }
 
-/* The level and granule a filled slot is entered under, from what it
- * holds: its region's first or (TAG_LAST) last page. */
-static uint64_t granule_of(const struct mrmgr__lk_slot *s,
-			   unsigned int page_shift, unsigned int *level)
+/* The level and granule a filled slot (range, rp) is entered under, from
+ * what it holds: its region's first or (TAG_LAST) last page. Inlined: a
+ * removal asks for every slot it may shift. */
+static inline __attribute__((always_inline)) uint64_t
+granule_of(uint64_t range, uint64_t rp, unsigned int page_shift,
+	   unsigned int *level)
 {
-	uint64_t first = s->range >> MRMGR__LK_LEN_BITS;
-	uint64_t pages = (s->range & MRMGR__LK_LEN_MASK) + 1;
-	unsigned int l = level_of(pages, page_shift);
-	uint64_t at = s->rp & MRMGR__LK_TAG_LAST ? first + pages - 1 : first;
+	uint64_t first = range >> MRMGR__LK_LEN_BITS;
+	uint64_t n = range & MRMGR__LK_LEN_MASK; /* pages - 1 */
+	unsigned int l = level_of(n + 1, page_shift);
+	uint64_t at = rp & MRMGR__LK_TAG_LAST ? first + n : first;
 
 	*level = l;
 	return (at << page_shift) >> l;
-}
-
-/* The home slot of a filled slot, from what it holds. */
-static uint64_t home_of(const struct mrmgr__lk_table *t,
-			const struct mrmgr__lk_slot *s)
-{
-	unsigned int l;
-	uint64_t g = granule_of(s, t->page_shift, &l);
-
-	return mrmgr__lk_home(l, g) & t->mask;
 }
 
 /* Twice the slots, everything rehashed; the old table is retired. */
@@ -168,7 +160,7 @@ static int grow(struct mrmgr_cache *c)
 
 			if (!s->rp)
 				continue;
-			g = granule_of(s, c->page_shift, &l);
+			g = granule_of(s->range, s->rp, c->page_shift, &l);
 			slot_put(t, l, g, s->range, s->rp);
 			near_add(&c->lookup, l, g);
 		}
@@ -224,6 +216,9 @@ void mrmgr__lookup_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
 		t = c->lookup.newest;
 	}
 	tag = mrmgr__lk_access_tag(r->access);
+	if (lastp != first) /* its line loads while the first chain is read */
+		__builtin_prefetch(&t->slot[mrmgr__lk_home(l, lastp) & t->mask],
+				   1);
 	slot_put(t, l, first, range, (uintptr_t)r | tag);
 	near_add(&c->lookup, l, first);
 	c->lookup.used++;
@@ -238,47 +233,50 @@ void mrmgr__lookup_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
 }
 
 /*
- * Remove the slot of r in granule's chain, shifting later slots of the
- * chain back into the hole (linear probing's deletion). 0: not found.
+ * Remove the slot whose region is want from the chain starting at home i,
+ * shifting later slots of the cluster back into the hole (linear
+ * probing's deletion): a slot moves unless its own home lies cyclically
+ * in (hole, slot]. 0: not found. Locals for the table's fields: the
+ * stores are volatile, so the compiler would load them again per slot.
  */
 static inline __attribute__((always_inline)) int
-slot_del(struct mrmgr__lk_table *t, unsigned int level, uint64_t granule,
-	 const struct mrmgr_region *r)
+slot_del(struct mrmgr__lk_slot *slot, uint64_t mask, unsigned int page_shift,
+	 uint64_t i, uint64_t want)
 {
-	uint64_t mask = t->mask;
-	uint64_t i = mrmgr__lk_home(level, granule) & mask;
-
 	for (;; i = (i + 1) & mask) {
-		uint64_t rp = t->slot[i].rp;
+		uint64_t rp = slot[i].rp;
 
 		if (!rp)
 			return 0;
-		if ((rp & ~(uint64_t)MRMGR__LK_TAG) == (uintptr_t)r)
+		if ((rp & ~(uint64_t)MRMGR__LK_TAG) == want)
 			break;
 	}
 	for (uint64_t j = i;;) {
-		uint64_t k;
+		uint64_t rp, range, k;
+		unsigned int l;
 
 		j = (j + 1) & mask;
-		if (!t->slot[j].rp)
+		rp = slot[j].rp;
+		if (!rp)
 			break;
-		k = home_of(t, &t->slot[j]);
-		/* Stays when its home is cyclically in (i, j]. */
-		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
-			continue;
-		MRMGR__WRITE_ONCE(t->slot[i].range, t->slot[j].range);
-		MRMGR__WRITE_ONCE(t->slot[i].rp, t->slot[j].rp);
+		range = slot[j].range;
+		k = mrmgr__lk_home(l, granule_of(range, rp, page_shift, &l)) &
+		    mask;
+		if (((k - i - 1) & mask) < ((j - i) & mask))
+			continue; /* its home is in (i, j]: stays */
+		MRMGR__WRITE_ONCE(slot[i].range, range);
+		MRMGR__WRITE_ONCE(slot[i].rp, rp);
 		i = j;
 	}
-	MRMGR__WRITE_ONCE(t->slot[i].rp, 0);
-	MRMGR__WRITE_ONCE(t->slot[i].range, 0);
+	MRMGR__WRITE_ONCE(slot[i].rp, 0);
+	MRMGR__WRITE_ONCE(slot[i].range, 0);
 	return 1;
 }
 
 void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	struct mrmgr__lk_table *t = c->lookup.newest;
-	uint64_t range;
+	uint64_t range, g0, g1, h1 = 0, mask;
 	unsigned int l;
 	int ok;
 
@@ -289,18 +287,34 @@ void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 			MRMGR__WRITE_ONCE(t->partial, 0);
 		return;
 	}
+	g0 = r->node.start >> l;
+	g1 = r->node.last >> l;
 	/*
 	 * Not finding a slot would mean r's range changed while it was in
 	 * the tree; then its old slots may still name it, so the index
 	 * cannot be trusted any more.
 	 */
-	ok = t && slot_del(t, l, r->node.start >> l, r);
+	ok = t != NULL;
 	if (ok) {
-		near_sub(&c->lookup, l, r->node.start >> l);
+		mask = t->mask;
+		/* The second chain and the filter's line load while the
+		 * first chain is walked (an evicted region's are cold). */
+		if (g1 != g0) {
+			h1 = mrmgr__lk_home(l, g1) & mask;
+			__builtin_prefetch(&t->slot[h1], 1);
+		}
+		if (c->lookup.near)
+			__builtin_prefetch(near_count(&c->lookup, l, g0), 1);
+		ok = slot_del(t->slot, mask, t->page_shift,
+			      mrmgr__lk_home(l, g0) & mask, (uintptr_t)r);
+	}
+	if (ok) {
+		near_sub(&c->lookup, l, g0);
 		c->lookup.used--;
-		if (r->node.last >> l != r->node.start >> l) {
-			ok = slot_del(t, l, r->node.last >> l, r);
-			near_sub(&c->lookup, l, r->node.last >> l);
+		if (g1 != g0) {
+			ok = slot_del(t->slot, mask, t->page_shift, h1,
+				      (uintptr_t)r);
+			near_sub(&c->lookup, l, g1);
 			c->lookup.used--;
 		}
 	}
@@ -327,6 +341,11 @@ void mrmgr__index_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	mrmgr__lookup_insert(c, r);
 	if (mrmgr__likely(holds_all(c))) {
+		if (mrmgr__unlikely(mrmgr__itree_pending_count(
+					    &c->lookup.pending) >=
+				    MRMGR__TREE_WAIT_MAX))
+			mrmgr__itree_flush_to(&c->tree, &c->lookup.pending,
+					      MRMGR__TREE_WAIT_MAX - 1);
 		mrmgr__itree_defer(&c->lookup.pending, &r->node);
 		return;
 	}

@@ -208,6 +208,14 @@ void mrmgr__lookup_fini(struct mrmgr_cache *c);
  * Both in the sequence-count write section of the change, lock held.
  */
 void mrmgr__index_insert(struct mrmgr_cache *c, struct mrmgr_region *r);
+
+/*
+ * At most this many regions wait for the tree, the oldest going in first:
+ * so the query that needs the tree inserts at most as many at once (well
+ * under a millisecond), and a cache larger than this pays the tree only
+ * for the regions that outlive that many publications.
+ */
+#define MRMGR__TREE_WAIT_MAX 4096
 void mrmgr__index_remove(struct mrmgr_cache *c, struct mrmgr_region *r);
 
 /*

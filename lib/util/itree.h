@@ -53,10 +53,16 @@ struct mrmgr__itree_pending {
 	struct mrmgr__itree_node head; /* circular list through left/right */
 };
 
+/* How many nodes wait on p. */
+static inline size_t mrmgr__itree_pending_count(const struct mrmgr__itree_pending *p)
+{
+	return (size_t)p->head.subtree_last; /* the head's keys are unused */
+}
+
 /* Whether p holds no node. */
 static inline int mrmgr__itree_pending_empty(const struct mrmgr__itree_pending *p)
 {
-	return !p->head.right || p->head.right == &p->head;
+	return p->head.subtree_last == 0;
 }
 
 /* Park node (keys set) on p instead of inserting it. O(1). */
@@ -65,6 +71,10 @@ void mrmgr__itree_defer(struct mrmgr__itree_pending *p,
 
 /* Insert every node of p into t, oldest first; p is then empty. */
 void mrmgr__itree_flush(struct mrmgr__itree *t, struct mrmgr__itree_pending *p);
+
+/* Insert the oldest nodes of p into t until at most keep wait. */
+void mrmgr__itree_flush_to(struct mrmgr__itree *t,
+			   struct mrmgr__itree_pending *p, size_t keep);
 
 /* Forget every node of p (they go nowhere; the caller reuses them). */
 void mrmgr__itree_pending_clear(struct mrmgr__itree_pending *p);

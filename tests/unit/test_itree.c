@@ -599,4 +599,19 @@ Test(itree, pending_list)
 	mrmgr__itree_flush(&t, &p);
 	cr_assert_eq(t.count, 1);
 	cr_assert_eq(mrmgr__itree_check(&t), 0);
+	/* Partly: the oldest go in first, the count follows. */
+	mrmgr__itree_defer(&p, &x[0].n);
+	mrmgr__itree_defer(&p, &x[1].n);
+	mrmgr__itree_defer(&p, &x[2].n);
+	cr_assert_eq(mrmgr__itree_pending_count(&p), 3);
+	mrmgr__itree_flush_to(&t, &p, 1);
+	cr_assert_eq(mrmgr__itree_pending_count(&p), 1);
+	cr_assert_not(mrmgr__itree_is_pending(&x[0].n));
+	cr_assert_not(mrmgr__itree_is_pending(&x[1].n));
+	cr_assert(mrmgr__itree_is_pending(&x[2].n));
+	cr_assert_eq(t.count, 3);
+	cr_assert_eq(mrmgr__itree_check(&t), 0);
+	mrmgr__itree_remove(&t, &x[2].n);
+	cr_assert(mrmgr__itree_pending_empty(&p));
+	cr_assert_eq(t.count, 3);
 }

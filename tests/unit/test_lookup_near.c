@@ -344,3 +344,44 @@ Test(lookup_near, tree_waits_while_the_index_holds_all)
 	cr_assert_eq(b.c->seq, 2, "in one write section");
 	bare_close(&b);
 }
+
+/* At most MRMGR__TREE_WAIT_MAX regions wait; past that the oldest go in. */
+Test(lookup_near, waiting_is_bounded)
+{
+	struct bare b;
+	size_t n = MRMGR__TREE_WAIT_MAX + 10;
+	size_t rsz = (sizeof(struct mrmgr_region) + 127) & ~(size_t)127;
+	struct mrmgr_region **reg = calloc(n, sizeof(*reg));
+
+	cr_assert_not_null(reg);
+	bare_open(&b);
+	for (size_t i = 0; i < n; i++) {
+		reg[i] = aligned_alloc(128, rsz);
+		cr_assert_not_null(reg[i]);
+		memset(reg[i], 0, rsz);
+		reg[i]->node.start = BASE + 2 * PG * i;
+		reg[i]->node.last = reg[i]->node.start + PG - 1;
+		mrmgr__index_insert(b.c, reg[i]);
+		cr_assert_leq(mrmgr__itree_pending_count(&b.c->lookup.pending),
+			      MRMGR__TREE_WAIT_MAX);
+	}
+	cr_assert_eq(b.c->tree.count, 10, "the ten oldest went in");
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(mrmgr__itree_is_pending(&reg[i]->node), i >= 10);
+	cr_assert_eq(mrmgr__itree_check(&b.c->tree), 0);
+	/* A removal from either place; then the tree whole. */
+	mrmgr__index_remove(b.c, reg[3]);
+	mrmgr__index_remove(b.c, reg[n - 1]);
+	cr_assert_eq(b.c->tree.count, 9);
+	cr_assert_eq(mrmgr__cache_tree(b.c)->count, n - 2);
+	cr_assert_eq(mrmgr__itree_check(&b.c->tree), 0);
+	for (size_t i = 0; i < n; i++)
+		if (i != 3 && i != n - 1)
+			mrmgr__index_remove(b.c, reg[i]);
+	cr_assert_eq(b.c->tree.count, 0);
+	cr_assert_eq(b.c->lookup.used, 0);
+	bare_close(&b);
+	for (size_t i = 0; i < n; i++)
+		free(reg[i]);
+	free(reg);
+}
