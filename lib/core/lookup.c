@@ -23,17 +23,22 @@
 
 #define MIN_SLOTS 64
 
-static unsigned int level_of(uint64_t pages, unsigned int page_shift)
-{
-	/* The least l >= page_shift with 2^(l - page_shift) >= pages, at
-	 * most 63: no loop (every insert, removal and shifted slot asks). */
-	unsigned int l = page_shift +
-			 (pages > 1 ? 64u - (unsigned int)__builtin_clzll(pages - 1)
-				    : 0u);
+/*
+ * Pages of 2^34 bytes at most: then a level (page shift + at most 28)
+ * stays below 63 without a clamp. pack_range() leaves a region of larger
+ * pages to the tree.
+ */
+#define MAX_PAGE_SHIFT 34
 
-	if (page_shift >= 63)
-		return page_shift;
-	return l < 63 ? l : 63;
+static inline unsigned int level_of(uint64_t pages, unsigned int page_shift)
+{
+	/* The least l >= page_shift with 2^(l - page_shift) >= pages, for
+	 * 1 <= pages <= 2^28: the bit length of pages - 1, with no branch
+	 * (every insert, removal and shifted slot asks). */
+	uint64_t n = pages - 1;
+
+	return page_shift + (64u - (unsigned int)__builtin_clzll(n | 1)) -
+	       (n == 0);
 }
 
 /* Whether the index can hold a region, and its packed range. Inlined:
@@ -46,7 +51,7 @@ pack_range(const struct mrmgr_region *r, unsigned int page_shift,
 	uint64_t first = r->node.start >> page_shift;
 	uint64_t pages = ((r->node.last - r->node.start) >> page_shift) + 1;
 
-	if (pages - 1 > MRMGR__LK_LEN_MASK ||
+	if (pages - 1 > MRMGR__LK_LEN_MASK || page_shift > MAX_PAGE_SHIFT ||
 	    first >> (64 - MRMGR__LK_LEN_BITS) != 0 ||
 	    ((uintptr_t)r & MRMGR__LK_TAG))
 		return 0;
@@ -113,11 +118,11 @@ static void near_sub(struct mrmgr__lookup *lk, unsigned int level,
 static void slot_put(struct mrmgr__lk_table *t, unsigned int level,
 		     uint64_t granule, uint64_t range, uint64_t rp)
 {
-	uint64_t i = mrmgr__lk_home(level, granule);
+	uint64_t mask = t->mask;
+	uint64_t i = mrmgr__lk_home(level, granule) & mask;
 
-	while (t->slot[i & t->mask].rp)
-		i++;
-	i &= t->mask;
+	while (t->slot[i].rp)
+		i = (i + 1) & mask;
 	MRMGR__WRITE_ONCE(t->slot[i].range, range);
 	MRMGR__WRITE_ONCE(t->slot[i].rp, rp);
 }
