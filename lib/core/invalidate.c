@@ -28,7 +28,11 @@ uint64_t mrmgr__core_invalidate_locked(struct mrmgr_cache *c, uint64_t start,
 	uint64_t count = 0;
 
 	mrmgr__cache_inflight_drop(c, start, last);
-	while ((n = mrmgr__itree_first_overlap(&c->tree, start, last))) {
+	/* Usually nothing cached is there: the index says so in a few
+	 * lines, and the regions waiting for the tree stay waiting. */
+	if (mrmgr__lookup_near(c, start, last) == MRMGR__LK_NONE)
+		return 0;
+	while ((n = mrmgr__itree_first_overlap(mrmgr__cache_tree(c), start, last))) {
 		struct mrmgr_region *r = mrmgr__node_region(n);
 
 		mrmgr__ext_region_invalidated(c, r);

@@ -16,23 +16,29 @@
 #include <sys/mman.h>
 
 #include "cache.h"
+#include "hit.h"
 #include "log.h"
 #include "lookup.h"
 #include "pool.h"
 
 #define MIN_SLOTS 64
 
-static unsigned int level_of(uint64_t pages, unsigned int page_shift)
-{
-	/* The least l >= page_shift with 2^(l - page_shift) >= pages, at
-	 * most 63: no loop (every insert, removal and shifted slot asks). */
-	unsigned int l = page_shift +
-			 (pages > 1 ? 64u - (unsigned int)__builtin_clzll(pages - 1)
-				    : 0u);
+/*
+ * Pages of 2^34 bytes at most: then a level (page shift + at most 28)
+ * stays below 63 without a clamp. pack_range() leaves a region of larger
+ * pages to the tree.
+ */
+#define MAX_PAGE_SHIFT 34
 
-	if (page_shift >= 63)
-		return page_shift;
-	return l < 63 ? l : 63;
+static inline unsigned int level_of(uint64_t pages, unsigned int page_shift)
+{
+	/* The least l >= page_shift with 2^(l - page_shift) >= pages, for
+	 * 1 <= pages <= 2^28: the bit length of pages - 1, with no branch
+	 * (every insert, removal and shifted slot asks). */
+	uint64_t n = pages - 1;
+
+	return page_shift + (64u - (unsigned int)__builtin_clzll(n | 1)) -
+	       (n == 0);
 }
 
 /* Whether the index can hold a region, and its packed range. Inlined:
@@ -45,7 +51,7 @@ pack_range(const struct mrmgr_region *r, unsigned int page_shift,
 	uint64_t first = r->node.start >> page_shift;
 	uint64_t pages = ((r->node.last - r->node.start) >> page_shift) + 1;
 
-	if (pages - 1 > MRMGR__LK_LEN_MASK ||
+	if (pages - 1 > MRMGR__LK_LEN_MASK || page_shift > MAX_PAGE_SHIFT ||
 	    first >> (64 - MRMGR__LK_LEN_BITS) != 0 ||
 	    ((uintptr_t)r & MRMGR__LK_TAG))
 		return 0;
@@ -112,37 +118,29 @@ static void near_sub(struct mrmgr__lookup *lk, unsigned int level,
 static void slot_put(struct mrmgr__lk_table *t, unsigned int level,
 		     uint64_t granule, uint64_t range, uint64_t rp)
 {
-	uint64_t i = mrmgr__lk_home(level, granule);
+	uint64_t mask = t->mask;
+	uint64_t i = mrmgr__lk_home(level, granule) & mask;
 
-	while (t->slot[i & t->mask].rp)
-		i++;
-	i &= t->mask;
+	while (t->slot[i].rp)
+		i = (i + 1) & mask;
 	MRMGR__WRITE_ONCE(t->slot[i].range, range);
 	MRMGR__WRITE_ONCE(t->slot[i].rp, rp);
 }
 
-/* The level and granule a filled slot is entered under, from what it
- * holds: its region's first or (TAG_LAST) last page. */
-static uint64_t granule_of(const struct mrmgr__lk_slot *s,
-			   unsigned int page_shift, unsigned int *level)
+/* The level and granule a filled slot (range, rp) is entered under, from
+ * what it holds: its region's first or (TAG_LAST) last page. Inlined: a
+ * removal asks for every slot it may shift. */
+static inline __attribute__((always_inline)) uint64_t
+granule_of(uint64_t range, uint64_t rp, unsigned int page_shift,
+	   unsigned int *level)
 {
-	uint64_t first = s->range >> MRMGR__LK_LEN_BITS;
-	uint64_t pages = (s->range & MRMGR__LK_LEN_MASK) + 1;
-	unsigned int l = level_of(pages, page_shift);
-	uint64_t at = s->rp & MRMGR__LK_TAG_LAST ? first + pages - 1 : first;
+	uint64_t first = range >> MRMGR__LK_LEN_BITS;
+	uint64_t n = range & MRMGR__LK_LEN_MASK; /* pages - 1 */
+	unsigned int l = level_of(n + 1, page_shift);
+	uint64_t at = rp & MRMGR__LK_TAG_LAST ? first + n : first;
 
 	*level = l;
 	return (at << page_shift) >> l;
-}
-
-/* The home slot of a filled slot, from what it holds. */
-static uint64_t home_of(const struct mrmgr__lk_table *t,
-			const struct mrmgr__lk_slot *s)
-{
-	unsigned int l;
-	uint64_t g = granule_of(s, t->page_shift, &l);
-
-	return mrmgr__lk_home(l, g) & t->mask;
 }
 
 /* Twice the slots, everything rehashed; the old table is retired. */
@@ -167,7 +165,7 @@ static int grow(struct mrmgr_cache *c)
 
 			if (!s->rp)
 				continue;
-			g = granule_of(s, c->page_shift, &l);
+			g = granule_of(s->range, s->rp, c->page_shift, &l);
 			slot_put(t, l, g, s->range, s->rp);
 			near_add(&c->lookup, l, g);
 		}
@@ -192,7 +190,10 @@ static void give_up(struct mrmgr_cache *c, const char *why)
 	__atomic_store_n(&c->lk, NULL, __ATOMIC_RELEASE);
 }
 
-void mrmgr__lookup_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
+/* The body of mrmgr__lookup_insert(), inlined into mrmgr__index_insert()
+ * too: one call per miss instead of two. */
+static inline __attribute__((always_inline)) void
+lk_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	uint64_t range, tag, first, lastp;
 	unsigned int l;
@@ -223,6 +224,9 @@ void mrmgr__lookup_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
 		t = c->lookup.newest;
 	}
 	tag = mrmgr__lk_access_tag(r->access);
+	if (lastp != first) /* its line loads while the first chain is read */
+		__builtin_prefetch(&t->slot[mrmgr__lk_home(l, lastp) & t->mask],
+				   1);
 	slot_put(t, l, first, range, (uintptr_t)r | tag);
 	near_add(&c->lookup, l, first);
 	c->lookup.used++;
@@ -237,47 +241,52 @@ void mrmgr__lookup_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
 }
 
 /*
- * Remove the slot of r in granule's chain, shifting later slots of the
- * chain back into the hole (linear probing's deletion). 0: not found.
+ * Remove the slot whose region is want from the chain starting at home i,
+ * shifting later slots of the cluster back into the hole (linear
+ * probing's deletion): a slot moves unless its own home lies cyclically
+ * in (hole, slot]. 0: not found. Locals for the table's fields: the
+ * stores are volatile, so the compiler would load them again per slot.
  */
 static inline __attribute__((always_inline)) int
-slot_del(struct mrmgr__lk_table *t, unsigned int level, uint64_t granule,
-	 const struct mrmgr_region *r)
+slot_del(struct mrmgr__lk_slot *slot, uint64_t mask, unsigned int page_shift,
+	 uint64_t i, uint64_t want)
 {
-	uint64_t mask = t->mask;
-	uint64_t i = mrmgr__lk_home(level, granule) & mask;
-
 	for (;; i = (i + 1) & mask) {
-		uint64_t rp = t->slot[i].rp;
+		uint64_t rp = slot[i].rp;
 
 		if (!rp)
 			return 0;
-		if ((rp & ~(uint64_t)MRMGR__LK_TAG) == (uintptr_t)r)
+		if ((rp & ~(uint64_t)MRMGR__LK_TAG) == want)
 			break;
 	}
 	for (uint64_t j = i;;) {
-		uint64_t k;
+		uint64_t rp, range, k;
+		unsigned int l;
 
 		j = (j + 1) & mask;
-		if (!t->slot[j].rp)
+		rp = slot[j].rp;
+		if (!rp)
 			break;
-		k = home_of(t, &t->slot[j]);
-		/* Stays when its home is cyclically in (i, j]. */
-		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
-			continue;
-		MRMGR__WRITE_ONCE(t->slot[i].range, t->slot[j].range);
-		MRMGR__WRITE_ONCE(t->slot[i].rp, t->slot[j].rp);
+		range = slot[j].range;
+		k = mrmgr__lk_home(l, granule_of(range, rp, page_shift, &l)) &
+		    mask;
+		if (((k - i - 1) & mask) < ((j - i) & mask))
+			continue; /* its home is in (i, j]: stays */
+		MRMGR__WRITE_ONCE(slot[i].range, range);
+		MRMGR__WRITE_ONCE(slot[i].rp, rp);
 		i = j;
 	}
-	MRMGR__WRITE_ONCE(t->slot[i].rp, 0);
-	MRMGR__WRITE_ONCE(t->slot[i].range, 0);
+	MRMGR__WRITE_ONCE(slot[i].rp, 0);
+	MRMGR__WRITE_ONCE(slot[i].range, 0);
 	return 1;
 }
 
-void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
+/* The body of mrmgr__lookup_remove() (see lk_insert()). */
+static inline __attribute__((always_inline)) void
+lk_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	struct mrmgr__lk_table *t = c->lookup.newest;
-	uint64_t range;
+	uint64_t range, g0, g1, h1 = 0, mask;
 	unsigned int l;
 	int ok;
 
@@ -288,18 +297,34 @@ void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 			MRMGR__WRITE_ONCE(t->partial, 0);
 		return;
 	}
+	g0 = r->node.start >> l;
+	g1 = r->node.last >> l;
 	/*
 	 * Not finding a slot would mean r's range changed while it was in
 	 * the tree; then its old slots may still name it, so the index
 	 * cannot be trusted any more.
 	 */
-	ok = t && slot_del(t, l, r->node.start >> l, r);
+	ok = t != NULL;
 	if (ok) {
-		near_sub(&c->lookup, l, r->node.start >> l);
+		mask = t->mask;
+		/* The second chain and the filter's line load while the
+		 * first chain is walked (an evicted region's are cold). */
+		if (g1 != g0) {
+			h1 = mrmgr__lk_home(l, g1) & mask;
+			__builtin_prefetch(&t->slot[h1], 1);
+		}
+		if (c->lookup.near)
+			__builtin_prefetch(near_count(&c->lookup, l, g0), 1);
+		ok = slot_del(t->slot, mask, t->page_shift,
+			      mrmgr__lk_home(l, g0) & mask, (uintptr_t)r);
+	}
+	if (ok) {
+		near_sub(&c->lookup, l, g0);
 		c->lookup.used--;
-		if (r->node.last >> l != r->node.start >> l) {
-			ok = slot_del(t, l, r->node.last >> l, r);
-			near_sub(&c->lookup, l, r->node.last >> l);
+		if (g1 != g0) {
+			ok = slot_del(t->slot, mask, t->page_shift, h1,
+				      (uintptr_t)r);
+			near_sub(&c->lookup, l, g1);
 			c->lookup.used--;
 		}
 	}
@@ -313,6 +338,64 @@ void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 	}
 	if (--c->lookup.level_count[l] == 0)
 		MRMGR__WRITE_ONCE(t->levels, t->levels & ~(UINT64_C(1) << l));
+}
+
+void mrmgr__lookup_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	lk_insert(c, r);
+}
+
+void mrmgr__lookup_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	lk_remove(c, r);
+}
+
+/* Whether the table holds every cached region (see mrmgr__index_insert()). */
+static int holds_all(const struct mrmgr_cache *c)
+{
+	return !c->lookup.broken && c->lookup.newest &&
+	       !c->lookup.newest->partial;
+}
+
+void mrmgr__index_insert(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	lk_insert(c, r);
+	if (mrmgr__likely(holds_all(c))) {
+		if (mrmgr__unlikely(mrmgr__itree_pending_count(
+					    &c->lookup.pending) >=
+				    MRMGR__TREE_WAIT_MAX))
+			mrmgr__itree_flush_to(&c->tree, &c->lookup.pending,
+					      MRMGR__TREE_WAIT_MAX - 1);
+		mrmgr__itree_defer(&c->lookup.pending, &r->node);
+		return;
+	}
+	/* Readers may walk the tree from now on: it must be whole. */
+	mrmgr__itree_flush(&c->tree, &c->lookup.pending);
+	mrmgr__itree_insert(&c->tree, &r->node);
+}
+
+void mrmgr__index_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	lk_remove(c, r);
+	mrmgr__itree_remove(&c->tree, &r->node); /* waiting or not */
+	if (mrmgr__unlikely(!holds_all(c)))
+		mrmgr__itree_flush(&c->tree, &c->lookup.pending);
+}
+
+struct mrmgr__itree *mrmgr__cache_tree(struct mrmgr_cache *c)
+{
+	if (!mrmgr__itree_pending_empty(&c->lookup.pending)) {
+		/* Nested in the caller's write section, or one of its own:
+		 * the tree changes only inside one. */
+		int open = !(c->seq & 1);
+
+		if (open)
+			mrmgr__seq_write_begin(c);
+		mrmgr__itree_flush(&c->tree, &c->lookup.pending);
+		if (open)
+			mrmgr__seq_write_end(c);
+	}
+	return &c->tree;
 }
 
 /*
@@ -401,6 +484,7 @@ void mrmgr__lookup_clear(struct mrmgr_cache *c)
 	}
 	if (c->lookup.near)
 		memset(c->lookup.near, 0, c->lookup.near_mask + 1);
+	mrmgr__itree_pending_clear(&c->lookup.pending);
 	c->lookup.used = 0;
 	c->lookup.unindexed = 0;
 	memset(c->lookup.level_count, 0, sizeof(c->lookup.level_count));

@@ -54,11 +54,11 @@ static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
 	 * down the tree does. */
 	if (mrmgr__lookup_near(c, qs, ql) == MRMGR__LK_NONE)
 		return 0;
-	first = mrmgr__itree_first_overlap(&c->tree, qs, ql);
+	first = mrmgr__itree_first_overlap(mrmgr__cache_tree(c), qs, ql);
 	if (!first)
 		return 0;
 	for (struct mrmgr__itree_node *n =
-		     mrmgr__itree_first_overlap(&c->tree, s, l);
+		     mrmgr__itree_first_overlap(mrmgr__cache_tree(c), s, l);
 	     n && !growth; n = mrmgr__itree_next_overlap(n, s, l))
 		growth = mrmgr__core_joins(mrmgr__node_region(n), s, l, s, l);
 	do {
@@ -67,7 +67,7 @@ static int merge_span(struct mrmgr_cache *c, uint64_t *start, uint64_t *last,
 		grown = 0;
 		for (struct mrmgr__itree_node *n =
 			     first ? first
-				   : mrmgr__itree_first_overlap(&c->tree, qs, ql);
+				   : mrmgr__itree_first_overlap(mrmgr__cache_tree(c), qs, ql);
 		     n; n = mrmgr__itree_next_overlap(n, qs, ql)) {
 			struct mrmgr_region *r = mrmgr__node_region(n);
 
@@ -471,7 +471,7 @@ static void miss_install(struct mrmgr_cache *c, struct miss_run *x,
 		return;
 	}
 	for (struct mrmgr__itree_node *n =
-		     m->merged ? mrmgr__itree_first_overlap(&c->tree, m->rs, m->rl)
+		     m->merged ? mrmgr__itree_first_overlap(mrmgr__cache_tree(c), m->rs, m->rl)
 			       : NULL;
 	     n;) {
 		if (!mrmgr__core_joins(mrmgr__node_region(n), m->as, m->al,
@@ -483,7 +483,7 @@ static void miss_install(struct mrmgr_cache *c, struct miss_run *x,
 		if (!mrmgr__core_detach(c, mrmgr__node_region(n)))
 			c->st.make_before_break++;
 		c->st.merges++;
-		n = mrmgr__itree_first_overlap(&c->tree, m->rs, m->rl);
+		n = mrmgr__itree_first_overlap(mrmgr__cache_tree(c), m->rs, m->rl);
 	}
 	mrmgr__evict_age(c);
 	mrmgr__cache_publish_region(c, r);

@@ -89,8 +89,7 @@ got:
 void mrmgr__cache_tree_take(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	mrmgr__seq_write_begin(c);
-	mrmgr__lookup_remove(c, r);
-	mrmgr__itree_remove(&c->tree, &r->node);
+	mrmgr__index_remove(c, r);
 	mrmgr__seq_write_end(c);
 	mrmgr__lru_unlink(r);
 	c->ncached--;
@@ -108,8 +107,7 @@ void mrmgr__cache_publish_region(struct mrmgr_cache *c, struct mrmgr_region *r)
 	r->gone = 0; /* cached again (grow.c) */
 	mrmgr__region_go_live(r); /* keys, then live: one pass */
 	mrmgr__seq_write_begin(c);
-	mrmgr__itree_insert(&c->tree, &r->node);
-	mrmgr__lookup_insert(c, r);
+	mrmgr__index_insert(c, r);
 	mrmgr__seq_write_end(c);
 	mrmgr__lru_append(c, r);
 	c->ncached++;

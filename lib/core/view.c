@@ -244,7 +244,7 @@ struct mrmgr_region *mrmgr__core_first_overlap(struct mrmgr_cache *c,
 					       uint64_t start, uint64_t last)
 {
 	struct mrmgr__itree_node *n =
-		mrmgr__itree_first_overlap(&c->tree, start, last);
+		mrmgr__itree_first_overlap(mrmgr__cache_tree(c), start, last);
 
 	return n ? mrmgr__node_region(n) : NULL;
 }
@@ -252,8 +252,11 @@ struct mrmgr_region *mrmgr__core_first_overlap(struct mrmgr_cache *c,
 struct mrmgr_region *mrmgr__core_next_overlap(struct mrmgr_region *r,
 					      uint64_t start, uint64_t last)
 {
-	struct mrmgr__itree_node *n =
-		mrmgr__itree_next_overlap(&r->node, start, last);
+	struct mrmgr__itree_node *n;
+
+	/* Regions published since the first step join the walk. */
+	(void)mrmgr__cache_tree(r->cache);
+	n = mrmgr__itree_next_overlap(&r->node, start, last);
 
 	return n ? mrmgr__node_region(n) : NULL;
 }

@@ -147,6 +147,85 @@ void mrmgr__itree_init(struct mrmgr__itree *t)
 	MRMGR__WRITE_ONCE(t->count, 0);
 }
 
+/* ------------------------------------------------------------ waiting nodes */
+
+/*
+ * A waiting node's parent is its list's head, and the head's parent is
+ * this mark, which no tree node has: so a removal tells a waiting node
+ * from a tree node by its parent's parent (a line it reads anyway), and
+ * finds the head whose count it keeps. The head's and the mark's keys
+ * match no query a reader makes (start > last for every range but
+ * [0, UINT64_MAX], which no containment query asks), so a stale reader
+ * that climbs there stops; the count lives in the head's subtree_last.
+ */
+static const itnode pending_mark = { .start = UINT64_MAX };
+
+static bool is_head(const itnode *n)
+{
+	return n && parent_of(n) == &pending_mark;
+}
+
+int mrmgr__itree_is_pending(const itnode *node)
+{
+	return is_head(parent_of(node));
+}
+
+void mrmgr__itree_defer(struct mrmgr__itree_pending *p, itnode *node)
+{
+	itnode *h = &p->head;
+	itnode *tail;
+
+	if (!h->right) {
+		MRMGR__WRITE_ONCE(h->start, UINT64_MAX);
+		MRMGR__WRITE_ONCE(h->parent_color, (uintptr_t)&pending_mark);
+		MRMGR__WRITE_ONCE(h->left, h);
+		MRMGR__WRITE_ONCE(h->right, h);
+	}
+	tail = h->left;
+	MRMGR__WRITE_ONCE(node->subtree_last, node->last);
+	MRMGR__WRITE_ONCE(node->parent_color, (uintptr_t)h);
+	MRMGR__WRITE_ONCE(node->left, tail);
+	MRMGR__WRITE_ONCE(node->right, h);
+	MRMGR__WRITE_ONCE(tail->right, node);
+	MRMGR__WRITE_ONCE(h->left, node);
+	h->subtree_last++;
+}
+
+/* Off the list of head h; its own links stay for stale readers. */
+static void pending_unlink(itnode *h, itnode *node)
+{
+	MRMGR__WRITE_ONCE(node->left->right, node->right);
+	MRMGR__WRITE_ONCE(node->right->left, node->left);
+	h->subtree_last--;
+}
+
+void mrmgr__itree_flush_to(struct mrmgr__itree *t,
+			   struct mrmgr__itree_pending *p, size_t keep)
+{
+	itnode *h = &p->head;
+
+	while (h->right && h->subtree_last > keep) {
+		itnode *n = h->right; /* the oldest */
+
+		pending_unlink(h, n);
+		mrmgr__itree_insert(t, n);
+	}
+}
+
+void mrmgr__itree_flush(struct mrmgr__itree *t, struct mrmgr__itree_pending *p)
+{
+	mrmgr__itree_flush_to(t, p, 0);
+}
+
+void mrmgr__itree_pending_clear(struct mrmgr__itree_pending *p)
+{
+	if (p->head.right) {
+		MRMGR__WRITE_ONCE(p->head.left, &p->head);
+		MRMGR__WRITE_ONCE(p->head.right, &p->head);
+		p->head.subtree_last = 0;
+	}
+}
+
 /* Restore "no red node has a red child" after linking red node n. */
 static void insert_fixup(struct mrmgr__itree *t, itnode *n)
 {
@@ -257,6 +336,10 @@ void mrmgr__itree_remove(struct mrmgr__itree *t, itnode *z)
 {
 	itnode *parent = parent_of(z);
 
+	if (is_head(parent)) {
+		pending_unlink(parent, z);
+		return;
+	}
 	MRMGR__WRITE_ONCE(t->count, t->count - 1);
 	if (!z->left || !z->right) {
 		/*

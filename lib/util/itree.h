@@ -38,10 +38,55 @@ struct mrmgr__itree {
 
 void mrmgr__itree_init(struct mrmgr__itree *t);
 
+/*
+ * Nodes waiting to enter a tree: a writer that does not need the tree
+ * ordered yet (the cache, while its hash index answers every question)
+ * parks a node here in O(1), and one that does flushes them in. A node
+ * removed while it waits costs O(1) too, so a node that comes and goes
+ * between two queries never touches the tree. Zeroed means empty. Lock-free
+ * readers must not rely on a tree with nodes waiting: the caller flushes
+ * before it lets them read the tree. A waiting node's links stay readable
+ * for a stale reader (they name waiting nodes or the list's head, whose
+ * keys match no query), so it is no more dangerous than a removed one.
+ */
+struct mrmgr__itree_pending {
+	struct mrmgr__itree_node head; /* circular list through left/right */
+};
+
+/* How many nodes wait on p. */
+static inline size_t mrmgr__itree_pending_count(const struct mrmgr__itree_pending *p)
+{
+	return (size_t)p->head.subtree_last; /* the head's keys are unused */
+}
+
+/* Whether p holds no node. */
+static inline int mrmgr__itree_pending_empty(const struct mrmgr__itree_pending *p)
+{
+	return p->head.subtree_last == 0;
+}
+
+/* Park node (keys set) on p instead of inserting it. O(1). */
+void mrmgr__itree_defer(struct mrmgr__itree_pending *p,
+			struct mrmgr__itree_node *node);
+
+/* Insert every node of p into t, oldest first; p is then empty. */
+void mrmgr__itree_flush(struct mrmgr__itree *t, struct mrmgr__itree_pending *p);
+
+/* Insert the oldest nodes of p into t until at most keep wait. */
+void mrmgr__itree_flush_to(struct mrmgr__itree *t,
+			   struct mrmgr__itree_pending *p, size_t keep);
+
+/* Forget every node of p (they go nowhere; the caller reuses them). */
+void mrmgr__itree_pending_clear(struct mrmgr__itree_pending *p);
+
+/* Whether node waits on a pending list (mrmgr__itree_defer()). */
+int mrmgr__itree_is_pending(const struct mrmgr__itree_node *node);
+
 /* Insert node; node->start and node->last must be set. O(log n). */
 void mrmgr__itree_insert(struct mrmgr__itree *t, struct mrmgr__itree_node *node);
 
-/* Remove a node that is in the tree. O(log n). */
+/* Remove a node that is in the tree, O(log n), or waits on a pending list
+ * of it, O(1). */
 void mrmgr__itree_remove(struct mrmgr__itree *t, struct mrmgr__itree_node *node);
 
 /*

@@ -341,6 +341,9 @@ struct world {
 	bool wide;        /* this phase inserts some huge intervals */
 	unsigned stamp;
 	struct mrmgr__itree_node *seq[MAX_LIVE];
+	bool lazy;        /* half the insertions wait on p until a query */
+	struct mrmgr__itree_pending p;
+	size_t npending;
 };
 
 /*
@@ -396,7 +399,14 @@ static void do_insert(struct world *w)
 
 	gen(w, false, &s, &l);
 	set_range(x, s, l);
-	mrmgr__itree_insert(&w->t, &x->n);
+	if (w->lazy && rnd(&w->rng) % 2) {
+		mrmgr__itree_defer(&w->p, &x->n);
+		CHECK(mrmgr__itree_is_pending(&x->n), "deferred, not waiting");
+		w->npending++;
+	} else {
+		mrmgr__itree_insert(&w->t, &x->n);
+		CHECK(!mrmgr__itree_is_pending(&x->n), "inserted, waiting");
+	}
 	x->in_tree = true;
 	x->live_pos = w->nlive;
 	w->live[w->nlive++] = x;
@@ -405,10 +415,12 @@ static void do_insert(struct world *w)
 static void do_remove(struct world *w)
 {
 	/* One removal in eight takes the root, the rest any node. */
-	struct tnode *x = rnd(&w->rng) % 8 == 0 ?
+	struct tnode *x = rnd(&w->rng) % 8 == 0 && w->t.root ?
 				  tn(w->t.root) :
 				  w->live[rnd(&w->rng) % w->nlive];
 
+	if (mrmgr__itree_is_pending(&x->n))
+		w->npending--; /* leaves the list, not the tree */
 	mrmgr__itree_remove(&w->t, &x->n);
 	x->in_tree = false;
 	w->live[x->live_pos] = w->live[--w->nlive];
@@ -484,12 +496,21 @@ static void query_smallest(struct world *w)
 	      got->last, best->start, best->last);
 }
 
-static void random_run(uint64_t seed)
+/* Queries need the whole tree: what waits goes in first. */
+static void flush(struct world *w)
+{
+	mrmgr__itree_flush(&w->t, &w->p);
+	CHECK(mrmgr__itree_pending_empty(&w->p), "flushed, still waiting");
+	w->npending = 0;
+}
+
+static void random_run(uint64_t seed, bool lazy)
 {
 	struct world *w = calloc(1, sizeof(*w));
 	unsigned p_insert = 40, p_remove = 20;
 
 	cr_assert_not_null(w);
+	w->lazy = lazy;
 	w->rng.s = seed;
 	w->span = 4096;
 	mrmgr__itree_init(&w->t);
@@ -516,20 +537,81 @@ static void random_run(uint64_t seed)
 			if (w->nlive)
 				do_remove(w);
 		} else if (r < 80) {
+			flush(w);
 			query_overlap(w, op % 32 == 0);
-		} else {
+		} else if (!lazy || r < 95) {
+			flush(w);
 			query_smallest(w);
-		}
+		} /* else a lazy run leaves the list to grow a while */
 
 		int err = mrmgr__itree_check(&w->t);
 		CHECK(err == 0, "seed %" PRIu64 " op %ld: check %d", seed, op, err);
-		CHECK(w->t.count == w->nlive, "count %zu, oracle %zu",
-		      w->t.count, w->nlive);
+		CHECK(w->t.count + w->npending == w->nlive,
+		      "count %zu + %zu waiting, oracle %zu", w->t.count,
+		      w->npending, w->nlive);
 	}
 	free(w);
 }
 
-Test(itree_random, seed_1) { random_run(1); }
-Test(itree_random, seed_2) { random_run(0xdeadbeefULL); }
-Test(itree_random, seed_3) { random_run(0x0123456789abcdefULL); }
-Test(itree_random, seed_4) { random_run(20240607); }
+Test(itree_random, seed_1) { random_run(1, false); }
+Test(itree_random, seed_2) { random_run(0xdeadbeefULL, false); }
+Test(itree_random, seed_3) { random_run(0x0123456789abcdefULL, false); }
+Test(itree_random, seed_4) { random_run(20240607, false); }
+/* Insertions that wait (and removals of waiting nodes) between queries. */
+Test(itree_random, lazy_seed_1) { random_run(7, true); }
+Test(itree_random, lazy_seed_2) { random_run(0xfeedfaceULL, true); }
+
+/* Waiting nodes: zeroed list empty, O(1) removal, flush, clear. */
+Test(itree, pending_list)
+{
+	struct mrmgr__itree t;
+	struct mrmgr__itree_pending p = { 0 };
+	struct tnode x[4] = { 0 };
+
+	mrmgr__itree_init(&t);
+	cr_assert(mrmgr__itree_pending_empty(&p));
+	mrmgr__itree_flush(&t, &p); /* nothing to do */
+	cr_assert_eq(t.count, 0);
+	for (int i = 0; i < 4; i++) {
+		set_range(&x[i], 100 * (uint64_t)i, 100 * (uint64_t)i + 50);
+		mrmgr__itree_defer(&p, &x[i].n);
+	}
+	cr_assert_not(mrmgr__itree_pending_empty(&p));
+	cr_assert_null(mrmgr__itree_first_overlap(&t, 0, UINT64_MAX),
+		       "waiting nodes are not in the tree");
+	/* First, middle: out of the list, the rest still linked. */
+	mrmgr__itree_remove(&t, &x[0].n);
+	mrmgr__itree_remove(&t, &x[2].n);
+	cr_assert_eq(t.count, 0);
+	mrmgr__itree_flush(&t, &p);
+	cr_assert(mrmgr__itree_pending_empty(&p));
+	cr_assert_eq(t.count, 2);
+	cr_assert_eq(mrmgr__itree_check(&t), 0);
+	cr_assert_eq(mrmgr__itree_first_overlap(&t, 0, UINT64_MAX), &x[1].n);
+	cr_assert_eq(mrmgr__itree_next_overlap(&x[1].n, 0, UINT64_MAX), &x[3].n);
+	cr_assert_not(mrmgr__itree_is_pending(&x[1].n));
+	/* Out of the tree again (a tree node now), then waiting and forgotten. */
+	mrmgr__itree_remove(&t, &x[1].n);
+	cr_assert_eq(t.count, 1);
+	mrmgr__itree_defer(&p, &x[1].n);
+	mrmgr__itree_pending_clear(&p);
+	cr_assert(mrmgr__itree_pending_empty(&p));
+	mrmgr__itree_flush(&t, &p);
+	cr_assert_eq(t.count, 1);
+	cr_assert_eq(mrmgr__itree_check(&t), 0);
+	/* Partly: the oldest go in first, the count follows. */
+	mrmgr__itree_defer(&p, &x[0].n);
+	mrmgr__itree_defer(&p, &x[1].n);
+	mrmgr__itree_defer(&p, &x[2].n);
+	cr_assert_eq(mrmgr__itree_pending_count(&p), 3);
+	mrmgr__itree_flush_to(&t, &p, 1);
+	cr_assert_eq(mrmgr__itree_pending_count(&p), 1);
+	cr_assert_not(mrmgr__itree_is_pending(&x[0].n));
+	cr_assert_not(mrmgr__itree_is_pending(&x[1].n));
+	cr_assert(mrmgr__itree_is_pending(&x[2].n));
+	cr_assert_eq(t.count, 3);
+	cr_assert_eq(mrmgr__itree_check(&t), 0);
+	mrmgr__itree_remove(&t, &x[2].n);
+	cr_assert(mrmgr__itree_pending_empty(&p));
+	cr_assert_eq(t.count, 3);
+}

@@ -80,7 +80,8 @@ static void check_index(mrmgr_cache_t *c, char *base, size_t span,
 		unsigned int need = acc[(r >> 4) % 3];
 		int gave_up = 0;
 		struct mrmgr__itree_node *n = mrmgr__itree_find_containing(
-			&c->tree, start, last, has_access, &need, UINT_MAX,
+			mrmgr__cache_tree(c), start, last, has_access, &need,
+			UINT_MAX,
 			&gave_up);
 		struct mrmgr_region *x = mrmgr__lookup_find(
 			c->lk, start, start >> c->page_shift,
@@ -411,6 +412,8 @@ Test(lookup, clear_empties_in_place)
 	pthread_mutex_lock(&f.cache->lock);
 	const struct mrmgr__lk_table *t = lk_of(f.cache);
 
+	/* The tree whole first: clearing forgets what waits for it too. */
+	mrmgr__cache_tree(f.cache);
 	mrmgr__lookup_clear(f.cache);
 	cr_assert_eq(f.cache->lk, t, "the same table");
 	cr_assert_eq(f.cache->lookup.used, 0);

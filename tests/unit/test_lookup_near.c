@@ -68,16 +68,14 @@ static void add(struct bare *b, int i, uint64_t start, uint64_t last)
 
 	r->node.start = start;
 	r->node.last = last;
-	mrmgr__itree_insert(&b->c->tree, &r->node);
-	mrmgr__lookup_insert(b->c, r);
+	mrmgr__index_insert(b->c, r);
 	b->live[i] = 1;
 	b->nlive++;
 }
 
 static void del(struct bare *b, int i)
 {
-	mrmgr__lookup_remove(b->c, b->reg[i]);
-	mrmgr__itree_remove(&b->c->tree, &b->reg[i]->node);
+	mrmgr__index_remove(b->c, b->reg[i]);
 	b->live[i] = 0;
 	b->nlive--;
 }
@@ -96,7 +94,8 @@ struct tally {
 static void check(struct bare *b, uint64_t qs, uint64_t ql, struct tally *t)
 {
 	enum mrmgr__lk_near a = mrmgr__lookup_near(b->c, qs, ql);
-	int tree = mrmgr__itree_first_overlap(&b->c->tree, qs, ql) != NULL;
+	int tree = mrmgr__itree_first_overlap(mrmgr__cache_tree(b->c), qs,
+					    ql) != NULL;
 
 	if (a == MRMGR__LK_ASK_TREE) {
 		t->ask++;
@@ -171,7 +170,7 @@ Test(lookup_near, agrees_with_the_tree_on_a_random_trace)
 			for (int q = 0; q < 4; q++)
 				query(&b, &seed, &t);
 		}
-		cr_assert_eq(mrmgr__itree_check(&b.c->tree), 0);
+		cr_assert_eq(mrmgr__itree_check(mrmgr__cache_tree(b.c)), 0);
 		cr_assert_not_null(b.c->lookup.near, "the filter is kept");
 		for (int i = 0; i < NREG; i++)
 			if (b.live[i])
@@ -303,4 +302,86 @@ Test(lookup_near, filter_overflow_drops_it)
 	for (int i = 0; i < 256; i++)
 		del(&b, i);
 	bare_close(&b);
+}
+
+/*
+ * The tree waits while the index holds every region (a new region joins
+ * it at the next tree query), and is whole again in the write section
+ * that leaves the index partial: lock-free readers fall back to it then.
+ */
+Test(lookup_near, tree_waits_while_the_index_holds_all)
+{
+	struct bare b;
+	uint64_t huge = (UINT64_C(1) << (MRMGR__LK_LEN_BITS + SHIFT)) + PG;
+	struct mrmgr__itree *t;
+
+	bare_open(&b);
+	t = &b.c->tree;
+	for (int i = 0; i < 10; i++)
+		add(&b, i, BASE + 4 * PG * (uint64_t)i,
+		    BASE + 4 * PG * (uint64_t)i + PG - 1);
+	cr_assert_eq(t->count, 0, "all ten wait");
+	cr_assert_not(mrmgr__itree_pending_empty(&b.c->lookup.pending));
+	del(&b, 3); /* a waiting region leaves without touching the tree */
+	cr_assert_eq(t->count, 0);
+	add(&b, 10, BASE + 2 * huge, BASE + 3 * huge - 1);
+	cr_assert(b.c->lookup.newest->partial);
+	cr_assert(mrmgr__itree_pending_empty(&b.c->lookup.pending),
+		  "a partial index leaves nothing waiting");
+	cr_assert_eq(t->count, 10);
+	cr_assert_eq(mrmgr__itree_check(t), 0);
+	add(&b, 11, BASE + 100 * PG, BASE + 101 * PG - 1);
+	cr_assert_eq(t->count, 11, "straight into the tree while partial");
+	del(&b, 10);
+	cr_assert_not(b.c->lookup.newest->partial);
+	add(&b, 12, BASE + 200 * PG, BASE + 201 * PG - 1);
+	cr_assert_eq(t->count, 10, "waits again");
+	cr_assert_eq(mrmgr__cache_tree(b.c), t);
+	cr_assert_eq(t->count, b.nlive);
+	cr_assert(mrmgr__itree_pending_empty(&b.c->lookup.pending));
+	cr_assert_eq(mrmgr__itree_check(t), 0);
+	cr_assert_eq(b.c->seq % 2, 0, "the flush's write section closed");
+	cr_assert_eq(b.c->seq, 2, "in one write section");
+	bare_close(&b);
+}
+
+/* At most MRMGR__TREE_WAIT_MAX regions wait; past that the oldest go in. */
+Test(lookup_near, waiting_is_bounded)
+{
+	struct bare b;
+	size_t n = MRMGR__TREE_WAIT_MAX + 10;
+	size_t rsz = (sizeof(struct mrmgr_region) + 127) & ~(size_t)127;
+	struct mrmgr_region **reg = calloc(n, sizeof(*reg));
+
+	cr_assert_not_null(reg);
+	bare_open(&b);
+	for (size_t i = 0; i < n; i++) {
+		reg[i] = aligned_alloc(128, rsz);
+		cr_assert_not_null(reg[i]);
+		memset(reg[i], 0, rsz);
+		reg[i]->node.start = BASE + 2 * PG * i;
+		reg[i]->node.last = reg[i]->node.start + PG - 1;
+		mrmgr__index_insert(b.c, reg[i]);
+		cr_assert_leq(mrmgr__itree_pending_count(&b.c->lookup.pending),
+			      MRMGR__TREE_WAIT_MAX);
+	}
+	cr_assert_eq(b.c->tree.count, 10, "the ten oldest went in");
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(mrmgr__itree_is_pending(&reg[i]->node), i >= 10);
+	cr_assert_eq(mrmgr__itree_check(&b.c->tree), 0);
+	/* A removal from either place; then the tree whole. */
+	mrmgr__index_remove(b.c, reg[3]);
+	mrmgr__index_remove(b.c, reg[n - 1]);
+	cr_assert_eq(b.c->tree.count, 9);
+	cr_assert_eq(mrmgr__cache_tree(b.c)->count, n - 2);
+	cr_assert_eq(mrmgr__itree_check(&b.c->tree), 0);
+	for (size_t i = 0; i < n; i++)
+		if (i != 3 && i != n - 1)
+			mrmgr__index_remove(b.c, reg[i]);
+	cr_assert_eq(b.c->tree.count, 0);
+	cr_assert_eq(b.c->lookup.used, 0);
+	bare_close(&b);
+	for (size_t i = 0; i < n; i++)
+		free(reg[i]);
+	free(reg);
 }

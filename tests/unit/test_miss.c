@@ -120,7 +120,7 @@ static int is_cached(mrmgr_cache_t *c, void *p)
 	int in;
 
 	pthread_mutex_lock(&c->lock);
-	in = mrmgr__itree_first_overlap(&c->tree, a, a) != NULL;
+	in = mrmgr__itree_first_overlap(mrmgr__cache_tree(c), a, a) != NULL;
 	pthread_mutex_unlock(&c->lock);
 	return in;
 }
