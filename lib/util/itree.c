@@ -16,14 +16,7 @@
 
 #include "compiler.h"
 #include "itree.h"
-
-#define RED 0
-#define BLACK 1
-#define COLOR_MASK ((uintptr_t)1)
-
-/* Child sides, so each rebalancing case is written once for both mirrors. */
-#define LEFT 0
-#define RIGHT 1
+#include "itree_node.h"
 
 /*
  * A red-black tree is at most 2*log2(n+1) high and n < 2^59 48-byte nodes
@@ -32,23 +25,7 @@
  */
 #define QUERY_BUDGET (2 * 128)
 
-typedef struct mrmgr__itree_node itnode;
-
-_Static_assert(_Alignof(itnode) > 1, "the colour lives in the low bit");
-
-/* Used by writers and readers alike: a relaxed load costs a plain one. */
-static itnode *parent_of(const itnode *n)
-{
-	return (itnode *)(MRMGR__READ_ONCE(n->parent_color) & ~COLOR_MASK);
-}
-
 /* ------------------------------------------------------------ writer side */
-
-/* NULL leaves count as black. */
-static bool is_red(const itnode *n)
-{
-	return n && (n->parent_color & COLOR_MASK) == RED;
-}
 
 static void set_parent_color(itnode *n, itnode *parent, uintptr_t color)
 {
@@ -82,18 +59,6 @@ static void replace_child(struct mrmgr__itree *t, itnode *parent, itnode *old,
 		MRMGR__WRITE_ONCE(t->root, new);
 	else
 		set_child(parent, parent->left == old ? LEFT : RIGHT, new);
-}
-
-/* From the node's own end and its children's (correct) values. */
-static uint64_t compute_subtree_last(const itnode *n)
-{
-	uint64_t m = n->last;
-
-	if (n->left && n->left->subtree_last > m)
-		m = n->left->subtree_last;
-	if (n->right && n->right->subtree_last > m)
-		m = n->right->subtree_last;
-	return m;
 }
 
 /*
@@ -550,69 +515,4 @@ itnode *mrmgr__itree_next(const itnode *n)
 		n = parent_of(n);
 	} while (n && MRMGR__READ_ONCE(n->right) == from && spend(&budget));
 	return budget < 0 ? NULL : (itnode *)n;
-}
-
-/* ------------------------------------------------------------ checking */
-
-enum {
-	CHECK_ROOT_RED = -1,
-	CHECK_PARENT = -2, /* a parent pointer disagrees with the links */
-	CHECK_RED_RED = -3,
-	CHECK_BLACK_HEIGHT = -4,
-	CHECK_ORDER = -5, /* in-order starts not ascending */
-	CHECK_SUBTREE_LAST = -6,
-	CHECK_COUNT = -7,
-	CHECK_INTERVAL = -8, /* last < start */
-};
-
-struct check_state {
-	size_t count; /* t->count: visiting more nodes means a cycle */
-	size_t seen;
-	const itnode *prev; /* in-order predecessor */
-};
-
-/* Check n's subtree in order; store its black height in *bh. */
-static int check_subtree(const itnode *n, const itnode *parent,
-			 struct check_state *st, int *bh)
-{
-	int lh, rh, err;
-
-	if (!n) {
-		*bh = 0;
-		return 0;
-	}
-	if (parent_of(n) != parent || (n->left && n->left == n->right))
-		return CHECK_PARENT;
-	if (++st->seen > st->count)
-		return CHECK_COUNT;
-	if (n->last < n->start)
-		return CHECK_INTERVAL;
-	if (is_red(n) && (is_red(n->left) || is_red(n->right)))
-		return CHECK_RED_RED;
-	if ((err = check_subtree(n->left, n, st, &lh)))
-		return err;
-	if (st->prev && st->prev->start > n->start)
-		return CHECK_ORDER;
-	st->prev = n;
-	if ((err = check_subtree(n->right, n, st, &rh)))
-		return err;
-	if (lh != rh)
-		return CHECK_BLACK_HEIGHT;
-	/* The children passed already, so their values can be trusted. */
-	if (n->subtree_last != compute_subtree_last(n))
-		return CHECK_SUBTREE_LAST;
-	*bh = lh + !is_red(n);
-	return 0;
-}
-
-int mrmgr__itree_check(const struct mrmgr__itree *t)
-{
-	struct check_state st = { .count = t->count };
-	int bh, err;
-
-	if (is_red(t->root))
-		return CHECK_ROOT_RED;
-	if ((err = check_subtree(t->root, NULL, &st, &bh)))
-		return err;
-	return st.seen == t->count ? 0 : CHECK_COUNT;
 }
