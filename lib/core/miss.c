@@ -287,7 +287,9 @@ static int miss_plan(struct mrmgr_cache *c, struct miss_run *x,
 	}
 	if (m->merged && wait_for_overlap(c, x, m->rs, m->rl))
 		return PLAN_WAITED;
-	ret = mrmgr__ext_plan_miss(c, m, out);
+	/* Most misses concern no feature: not even a call then. */
+	ret = mrmgr__ext_wants_plan(c, m) ? mrmgr__ext_plan_miss(c, m, out)
+					  : MRMGR__PLAN_GO_ON;
 	if (ret != MRMGR__PLAN_GO_ON)
 		return ret;
 	/* Headroom may have widened the span over a reservation. */
@@ -393,7 +395,7 @@ static int miss_register(struct mrmgr_cache *c, struct miss_run *x)
 	if (x->cacheable)
 		mrmgr__mon_watch_abort(c, &x->watch);
 	c->st.reg_failures++;
-	mrmgr__log(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
+	MRMGR__LOG_IF(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
 						   : MRMGR_LOG_WARN,
 		   "registering [%#llx, +%llu) access %#x on %s: %s",
 		   (unsigned long long)m->rs, (unsigned long long)span_len(x),
