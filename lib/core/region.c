@@ -171,75 +171,40 @@ static inline uint64_t *words_of(const struct mrmgr_region *r, uintptr_t *step)
 }
 
 /*
- * flip_words() found a word whose bits were not stripe 0's (it should
- * never happen): undo its add and set that word by compare-and-swap.
- * Returns the word as the swap found it.
- */
-static __attribute__((noinline, cold)) uint64_t
-flip_word_slow(uint64_t *w, uint64_t delta, uint64_t set, uint64_t clear)
-{
-	static int said;
-	uint64_t old, next;
-
-	if (delta)
-		__atomic_fetch_sub(w, delta, __ATOMIC_SEQ_CST);
-	old = __atomic_load_n(w, __ATOMIC_SEQ_CST);
-	while ((next = (old | set) & ~clear) != old &&
-	       !__atomic_compare_exchange_n(w, &old, next, 0, __ATOMIC_SEQ_CST,
-					    __ATOMIC_RELAXED))
-		;
-	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-		mrmgr__err("internal: a region's reference words disagree on "
-			   "their state bits (%#llx); set one by one",
-			   (unsigned long long)(old & 3));
-	return old;
-}
-
-/*
- * Every word of r to (word | set) & ~clear (set and clear: DEAD and KEYS
- * only), one read-modify-write each; returns the sum of the counts the
- * words held just before (in units of MRMGR__REF_ONE, wrapping like the
- * biased words) and ORs those words into *had. When no word changes,
- * they are only read.
+ * Every word of r to (word | set) & ~clear, one read-modify-write each;
+ * returns the sum of the counts the words held just before (in units of
+ * MRMGR__REF_ONE, wrapping like the biased words) and ORs those words
+ * into *had. A word already as asked is only read.
  *
- * Why one atomic add may carry both bits: only the lock's holder writes
- * DEAD and KEYS, a whole pass at a time, so under the lock every stripe
- * has them as stripe 0 does, and the add of (new bits - old bits) turns
- * the one into the other without a borrow or carry past them (hits and
- * puts only add to the count and set USED; the hand clears USED and
- * NEW: none touches bits 0-1). The add is one point in the word's
- * order, like a fetch_or/fetch_and: a hit's add comes before it (and is
- * in the value returned) or after it (and sees the new bits). It needs
- * no retry where a compare-and-swap fails whenever a count moved. A
- * word found otherwise (a broken invariant) is undone and set by
- * compare-and-swap, and said once. Every change of DEAD or KEYS goes
- * through here.
+ * Why one compare-and-swap may carry several bits: only the lock's holder
+ * writes DEAD and KEYS, and hits and puts only add to the count and set
+ * USED, so the swap fails only when a count or USED moved meanwhile, and
+ * is retried on the new value; what it writes keeps theirs. The
+ * read-modify-write is one point in the word's order, like a
+ * fetch_or/fetch_and: a hit's add comes before it (and is in the value
+ * returned) or after it (and sees the new bits). Every change of DEAD or
+ * KEYS goes through here.
  */
 static uint64_t flip_words(struct mrmgr_region *r, unsigned int n,
 			   uint64_t set, uint64_t clear, uint64_t *had)
 {
-	const uint64_t bits = MRMGR__REF_DEAD | MRMGR__REF_KEYS;
 	uint64_t sum = 0, any = 0;
 	uintptr_t step;
 	uint64_t *w = words_of(r, &step);
-	uint64_t low = __atomic_load_n(w, __ATOMIC_RELAXED) & bits;
-	uint64_t delta = ((low | set) & ~clear) - low; /* wraps: -3 .. 3 */
 
 	for (unsigned int i = 0; i < n; i++, w += step) {
-		uint64_t old;
+		uint64_t old = __atomic_load_n(w, __ATOMIC_SEQ_CST), next;
 
-		if (!delta)
-			old = __atomic_load_n(w, __ATOMIC_SEQ_CST);
-		else if (mrmgr__unlikely(((old = __atomic_fetch_add(
-						   w, delta, __ATOMIC_SEQ_CST)) &
-					  bits) != low))
-			old = flip_word_slow(w, delta, set, clear);
-		sum += old & ~(MRMGR__REF_ONE - 1);
+		while ((next = (old | set) & ~clear) != old &&
+		       !__atomic_compare_exchange_n(w, &old, next, 0,
+						    __ATOMIC_SEQ_CST,
+						    __ATOMIC_RELAXED))
+			;
+		sum += (old & ~(MRMGR__REF_ONE - 1)) - MRMGR__REF_BIAS;
 		any |= old;
 	}
 	*had = any;
-	/* The bias once per word, taken off in one step. */
-	return sum - (uint64_t)n * MRMGR__REF_BIAS;
+	return sum;
 }
 
 /*
@@ -342,14 +307,27 @@ int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
 {
 	const uint64_t bits = MRMGR__REF_USED | MRMGR__REF_NEW;
 	uint64_t sum = 0, had = 0, any = 0;
+	uint64_t seen = __atomic_load_n(&mrmgr__stripes_seen, __ATOMIC_ACQUIRE);
 	uintptr_t step;
 	uint64_t *w0 = words_of(r, &step);
 
-	/* One pass: the words' counts (bias included, wrapping) and which
-	 * stripes have a bit set; then clear those, only when idle. */
-	for (unsigned int i = 0; i < nstripes; i++) {
+	/*
+	 * One pass: the words' counts (bias included, wrapping) and which
+	 * stripes have a bit set; then clear those, only when idle. Only
+	 * the stripes a thread was ever given, and stripe 0 (check.c undoes
+	 * there): no other can hold a count or a bit. A thread given one
+	 * since the load is seen by what decides (mrmgr__region_leave()
+	 * sums every stripe): this is the hand's guess, and a wrong
+	 * "idle" only costs the leave's undo.
+	 */
+	seen |= 1;
+	if (nstripes < 64)
+		seen &= (UINT64_C(1) << nstripes) - 1;
+	while (seen) {
+		unsigned int i = (unsigned int)__builtin_ctzll(seen);
 		uint64_t w = __atomic_load_n(w0 + i * step, __ATOMIC_SEQ_CST);
 
+		seen &= seen - 1;
 		sum += (w & ~(MRMGR__REF_ONE - 1)) - MRMGR__REF_BIAS;
 		had |= (uint64_t)!!(w & bits) << i;
 		any |= w;
