@@ -194,6 +194,9 @@ static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
 	}
 
 	slot = mrmgr__thread_slot() & (c->nstripes - 1);
+	/* A stripe given for the first time: its words go live (region.h). */
+	if (mrmgr__unlikely(mrmgr__tls_join))
+		mrmgr__stripe_join();
 	if (mrmgr__unlikely(c->flags & MRMGR__CACHE_EXT_GET))
 		return mrmgr__ext_get(c, pd, start, last, access, slot, region);
 	/* A cache of one PD: that PD is the only one it serves. */
