@@ -248,6 +248,10 @@ void mrmgr__cache_tree_take(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__cache_tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r);
 /* Make a region that is out of the tree live again. */
 void mrmgr__cache_publish_region(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* A miss's new region, not referenced yet: published with its first
+ * reference on slot's stripe, marked new (mrmgr__region_go_live_ref()). */
+void mrmgr__cache_publish_new(struct mrmgr_cache *c, struct mrmgr_region *r,
+			      unsigned int slot);
 /* Evicted regions retired during a miss: deregister them (no lock;
  * returns how many succeeded), recycle them (lock), or both (lock). */
 uint64_t mrmgr__cache_reap_dereg(struct mrmgr_cache *c,

@@ -336,6 +336,37 @@ void mrmgr__region_go_live(struct mrmgr_region *r)
 			 MRMGR__REF_DEAD | (MRMGR__REF_KEYS ^ set), &had);
 }
 
+void mrmgr__region_ref_new(struct mrmgr_region *r, unsigned int slot)
+{
+	uint64_t *w = mrmgr__ref_word(r, slot);
+	uint64_t add = MRMGR__REF_ONE;
+
+	if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & MRMGR__REF_NEW))
+		add += MRMGR__REF_NEW;
+	__atomic_fetch_add(w, add, __ATOMIC_SEQ_CST);
+}
+
+void mrmgr__region_go_live_ref(struct mrmgr_region *r, unsigned int slot)
+{
+	uint64_t one = UINT64_C(1) << slot;
+	uint64_t kept = mrmgr__stripes_kept(r->cache->nstripes) | one;
+	uint64_t set = store_keys(r, kept), had;
+	uint64_t clear = MRMGR__REF_DEAD | (MRMGR__REF_KEYS ^ set);
+	uint64_t *w = mrmgr__ref_word(r, slot);
+	uint64_t old = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+
+	__atomic_store_n(&r->state, MRMGR__REGION_LIVE, __ATOMIC_RELEASE);
+	/* The reference, the mark and the state bits of slot's word in one
+	 * swap (a stale reader's add or drop meanwhile makes it retry),
+	 * then the other stripes as mrmgr__region_go_live() does. */
+	while (!__atomic_compare_exchange_n(
+		w, &old,
+		((old | set | MRMGR__REF_NEW) & ~clear) + MRMGR__REF_ONE, 0,
+		__ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+		;
+	(void)flip_words(r, kept & ~one, set, clear, &had);
+}
+
 int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
 		       int *used)
 {

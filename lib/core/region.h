@@ -349,6 +349,22 @@ int64_t mrmgr__region_leave(struct mrmgr_region *r, int state, uint64_t clear,
 void mrmgr__region_go_live(struct mrmgr_region *r);
 
 /*
+ * A new region's first reference on slot's stripe, with the "new" mark
+ * (evict.c), as one locked add: only the lock's holder sets or clears
+ * NEW, so the load tells whether adding it sets the bit (no carry);
+ * stale readers of a recycled region change only the count.
+ */
+void mrmgr__region_ref_new(struct mrmgr_region *r, unsigned int slot);
+
+/*
+ * mrmgr__region_go_live() with mrmgr__region_ref_new() folded into the
+ * pass: slot's word goes live, keyed, referenced and marked new in one
+ * read-modify-write (a miss's new region: nobody else can reach it
+ * before it is published).
+ */
+void mrmgr__region_go_live_ref(struct mrmgr_region *r, unsigned int slot);
+
+/*
  * check.c: the sum n of a region that is not live (from
  * mrmgr__region_leave()) as mrmgr__region_refs_checked() answers it: a
  * sum below zero is reported, counted and undone, and 0 returned.

@@ -102,17 +102,31 @@ void mrmgr__cache_tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 	mrmgr__mon_unwatch(c, r);
 }
 
-/* Make a region that is out of the tree live again. */
-void mrmgr__cache_publish_region(struct mrmgr_cache *c, struct mrmgr_region *r)
+/* Into the tree, the index and the LRU list, once live. */
+static void publish(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	r->gone = 0; /* cached again (grow.c) */
-	mrmgr__region_go_live(r); /* keys, then live: one pass */
 	mrmgr__seq_write_begin(c);
 	mrmgr__itree_insert(&c->tree, &r->node);
 	mrmgr__lookup_insert(c, r);
 	mrmgr__seq_write_end(c);
 	mrmgr__lru_append(c, r);
 	c->ncached++;
+}
+
+/* Make a region that is out of the tree live again. */
+void mrmgr__cache_publish_region(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	r->gone = 0; /* cached again (grow.c) */
+	mrmgr__region_go_live(r); /* keys, then live: one pass */
+	publish(c, r);
+}
+
+void mrmgr__cache_publish_new(struct mrmgr_cache *c, struct mrmgr_region *r,
+			      unsigned int slot)
+{
+	r->gone = 0;
+	mrmgr__region_go_live_ref(r, slot); /* and its first reference */
+	publish(c, r);
 }
 
 static void release_now(struct mrmgr_cache *c, struct mrmgr_region *r);
