@@ -147,6 +147,15 @@ static inline int mrmgr__ext_wants_plan(const struct mrmgr_cache *c,
 					 : MRMGR__HAS_PLAN);
 }
 
+/* Whether mrmgr__ext_region_released() has a hook to call for r. */
+static inline int mrmgr__ext_wants_released(const struct mrmgr_cache *c,
+					    const struct mrmgr_region *r)
+{
+	return c->ext_hooks & (r->release_locked ? MRMGR__HAS_RELEASED |
+							   MRMGR__HAS_RELEASED_MARKED
+						 : MRMGR__HAS_RELEASED);
+}
+
 /* view.c: the view and the features' state, at creation (0 or ENOMEM)
  * and destruction. */
 int mrmgr__view_init(struct mrmgr_cache *c);

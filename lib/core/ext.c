@@ -127,9 +127,7 @@ void mrmgr__ext_region_released(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	int marked = r->release_locked;
 
-	if (!(c->ext_hooks & (marked ? MRMGR__HAS_RELEASED |
-					       MRMGR__HAS_RELEASED_MARKED
-				     : MRMGR__HAS_RELEASED)))
+	if (!mrmgr__ext_wants_released(c, r))
 		return;
 	EACH_BUSY(c, e)
 		if (e->region_released &&

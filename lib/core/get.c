@@ -164,9 +164,10 @@ static inline int args_ok(uintptr_t a, size_t length, unsigned int access,
 }
 
 /* The body of mrmgr_get() and mrmgr_get_ex(); pd: the PD asked for (NULL:
- * the cache's first). */
-static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
-	       size_t length, unsigned int access, struct mrmgr_region **region)
+ * the cache's first). Inlined in both: a miss walks enough frames. */
+static inline __attribute__((always_inline)) int
+get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr, size_t length,
+    unsigned int access, struct mrmgr_region **region)
 {
 	uint64_t start, last;
 	unsigned int slot;

@@ -159,7 +159,8 @@ static void release_now(struct mrmgr_cache *c, struct mrmgr_region *r)
 	mrmgr__mon_unwatch(c, r); /* a no-op unless grow.c held it out */
 	if (mrmgr__unlikely(c->ndeferred))
 		mrmgr__cache_dereg_retry(c, 0);
-	mrmgr__ext_region_released(c, r); /* before its MR goes */
+	if (mrmgr__ext_wants_released(c, r)) /* before its MR goes */
+		mrmgr__ext_region_released(c, r);
 	/* A view borrows the implicit MR, which lives as long as the cache. */
 	ret = r->kind == MRMGR__REGION_VIEW ? 0
 	      : mrmgr__core_dereg(c, r->mr, "a region's MR");
@@ -182,7 +183,8 @@ static void region_retire(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	mrmgr__mon_unwatch(c, r);
 	mrmgr__region_clear_keys(r);
-	mrmgr__ext_region_released(c, r);
+	if (mrmgr__ext_wants_released(c, r))
+		mrmgr__ext_region_released(c, r);
 	mrmgr__core_account_reg(c, r->kind, mrmgr__region_len(r), -1);
 	/* FREE: a stale reader's put leaves it alone; off the free list
 	 * until its MR is gone. */
