@@ -16,6 +16,9 @@
 
 #include "log.h"
 
+/* Not known here: every line goes to mrmgr_device_vlog(), which decides. */
+int mrmgr__log_max = -1;
+
 void mrmgr__log(enum mrmgr_log_level level, const char *fmt, ...)
 {
 	va_list ap;

@@ -84,7 +84,8 @@ struct mrmgr_cache {
 					    * state (NULL: none) */
 	uint16_t ext_roff_of[MRMGR__EXT_MAX]; /* and the offset of its state
 					       * in a region (0: none) */
-	unsigned int ext_hooks; /* which per-region hooks any feature has (ext.c) */
+	unsigned int ext_hooks; /* enum mrmgr__ext_hooks: which hooks the
+				 * busy features have (ext.c) */
 	unsigned int ext_idle;  /* by feature id: its miss and region hooks
 				 * are skipped (mrmgr__core_init_idle()) */
 	unsigned int reg_access;         /* ORed into every registration */
@@ -122,6 +123,38 @@ struct mrmgr_cache {
 	struct ibv_mr **deferred;        /* dereg.c: failed deregistrations */
 	size_t ndeferred, deferred_cap;
 };
+
+/*
+ * mrmgr_cache::ext_hooks: which of the hooks every miss may call some busy
+ * feature has (as its scope narrows them, ext.h), so that a miss no
+ * feature is concerned with calls none (ext.c sets them).
+ */
+enum mrmgr__ext_hooks {
+	MRMGR__HAS_ALLOC = 1,
+	MRMGR__HAS_ADDED = 2,
+	MRMGR__HAS_RELEASED = 4,        /* for every region */
+	MRMGR__HAS_RELEASED_MARKED = 8, /* for release_locked regions */
+	MRMGR__HAS_PLAN = 16,           /* for every miss */
+	MRMGR__HAS_PLAN_MERGED = 32,    /* for merged misses */
+};
+
+/* Whether mrmgr__ext_plan_miss() has a hook to call for m. */
+static inline int mrmgr__ext_wants_plan(const struct mrmgr_cache *c,
+					const struct mrmgr__miss *m)
+{
+	return c->ext_hooks & (m->merged ? MRMGR__HAS_PLAN |
+						   MRMGR__HAS_PLAN_MERGED
+					 : MRMGR__HAS_PLAN);
+}
+
+/* Whether mrmgr__ext_region_released() has a hook to call for r. */
+static inline int mrmgr__ext_wants_released(const struct mrmgr_cache *c,
+					    const struct mrmgr_region *r)
+{
+	return c->ext_hooks & (r->release_locked ? MRMGR__HAS_RELEASED |
+							   MRMGR__HAS_RELEASED_MARKED
+						 : MRMGR__HAS_RELEASED);
+}
 
 /* view.c: the view and the features' state, at creation (0 or ENOMEM)
  * and destruction. */
@@ -224,6 +257,10 @@ void mrmgr__cache_tree_take(struct mrmgr_cache *c, struct mrmgr_region *r);
 void mrmgr__cache_tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r);
 /* Make a region that is out of the tree live again. */
 void mrmgr__cache_publish_region(struct mrmgr_cache *c, struct mrmgr_region *r);
+/* A miss's new region, not referenced yet: published with its first
+ * reference on slot's stripe, marked new (mrmgr__region_go_live_ref()). */
+void mrmgr__cache_publish_new(struct mrmgr_cache *c, struct mrmgr_region *r,
+			      unsigned int slot);
 /* Evicted regions retired during a miss: deregister them (no lock;
  * returns how many succeeded), recycle them (lock), or both (lock). */
 uint64_t mrmgr__cache_reap_dereg(struct mrmgr_cache *c,

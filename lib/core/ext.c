@@ -20,18 +20,25 @@
 /* The features whose miss and region hooks run in c. */
 #define EACH_BUSY(c, e) EACH(c, e) if (!((c)->ext_idle & (1u << e->id)))
 
-/* Hooks of the miss path that no feature may have: their runners return
- * at once instead of walking the list (every miss calls them). */
-enum { HAS_ALLOC = 1, HAS_ADDED = 2, HAS_RELEASED = 4 };
-
-/* Which per-region hooks the busy features have. */
+/* Which hooks of the miss path the busy features have (cache.h), as
+ * their scopes narrow them: the runners return at once when none, and
+ * the miss does not even call mrmgr__ext_plan_miss(). */
 static void note_hooks(struct mrmgr_cache *c)
 {
 	c->ext_hooks = 0;
-	EACH_BUSY(c, e)
-		c->ext_hooks |= (e->region_alloc ? HAS_ALLOC : 0) |
-				(e->region_added ? HAS_ADDED : 0) |
-				(e->region_released ? HAS_RELEASED : 0);
+	EACH_BUSY(c, e) {
+		int merged = e->scope & MRMGR__EXT_PLAN_MERGED;
+		int marked = e->scope & MRMGR__EXT_RELEASED_MARKED;
+
+		c->ext_hooks |=
+			(e->region_alloc ? MRMGR__HAS_ALLOC : 0) |
+			(e->region_added ? MRMGR__HAS_ADDED : 0) |
+			(!e->region_released ? 0
+			 : marked ? MRMGR__HAS_RELEASED_MARKED
+				  : MRMGR__HAS_RELEASED) |
+			(!e->plan_miss ? 0
+			 : merged ? MRMGR__HAS_PLAN_MERGED : MRMGR__HAS_PLAN);
+	}
 }
 
 void mrmgr__core_init_idle(struct mrmgr_cache *c, const struct mrmgr__ext *ext)
@@ -80,9 +87,13 @@ void mrmgr__ext_free(struct mrmgr_cache *c)
 int mrmgr__ext_plan_miss(struct mrmgr_cache *c, struct mrmgr__miss *m,
 			 struct mrmgr_region **out)
 {
+	if (!mrmgr__ext_wants_plan(c, m))
+		return MRMGR__PLAN_GO_ON;
 	EACH_BUSY(c, e) {
-		int ret = e->plan_miss ? e->plan_miss(c, m, out)
-				       : MRMGR__PLAN_GO_ON;
+		int ret = e->plan_miss &&
+				  (m->merged ||
+				   !(e->scope & MRMGR__EXT_PLAN_MERGED))
+			  ? e->plan_miss(c, m, out) : MRMGR__PLAN_GO_ON;
 
 		if (ret != MRMGR__PLAN_GO_ON)
 			return ret;
@@ -92,7 +103,7 @@ int mrmgr__ext_plan_miss(struct mrmgr_cache *c, struct mrmgr__miss *m,
 
 int mrmgr__ext_region_alloc(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	if (!(c->ext_hooks & HAS_ALLOC))
+	if (!(c->ext_hooks & MRMGR__HAS_ALLOC))
 		return 0;
 	EACH_BUSY(c, e) {
 		int ret = e->region_alloc ? e->region_alloc(c, r) : 0;
@@ -105,7 +116,7 @@ int mrmgr__ext_region_alloc(struct mrmgr_cache *c, struct mrmgr_region *r)
 
 void mrmgr__ext_region_added(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	if (!(c->ext_hooks & HAS_ADDED))
+	if (!(c->ext_hooks & MRMGR__HAS_ADDED))
 		return;
 	EACH_BUSY(c, e)
 		if (e->region_added)
@@ -114,10 +125,13 @@ void mrmgr__ext_region_added(struct mrmgr_cache *c, struct mrmgr_region *r)
 
 void mrmgr__ext_region_released(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	if (!(c->ext_hooks & HAS_RELEASED))
+	int marked = r->release_locked;
+
+	if (!mrmgr__ext_wants_released(c, r))
 		return;
 	EACH_BUSY(c, e)
-		if (e->region_released)
+		if (e->region_released &&
+		    (marked || !(e->scope & MRMGR__EXT_RELEASED_MARKED)))
 			e->region_released(c, r);
 }
 

@@ -61,6 +61,16 @@ struct mrmgr__miss {
 	struct ibv_mr *view_mr;
 };
 
+/* Narrower calls of a feature's hooks (mrmgr__ext::scope). */
+enum mrmgr__ext_scope {
+	/* plan_miss only for a miss whose span absorbs cached regions
+	 * (mrmgr__miss::merged set by the merge). */
+	MRMGR__EXT_PLAN_MERGED = 1,
+	/* region_released only for regions the feature marked with
+	 * mrmgr__rgn_release_locked() (it keeps state in them). */
+	MRMGR__EXT_RELEASED_MARKED = 2,
+};
+
 /* Features a cache may have at most; their ids are below it. */
 #define MRMGR__EXT_MAX 8
 /* The core's own hook table (stale.c, MRMGR_CHECK=stale) takes the last
@@ -76,6 +86,11 @@ struct mrmgr__ext {
 	/* Bytes of private state per cache and per region (core.h). */
 	size_t priv_size;
 	size_t region_size;
+	/* enum mrmgr__ext_scope: the misses and regions its plan_miss and
+	 * region_released hooks concern, when fewer than all (0: all). The
+	 * core does not call them for the others, so a miss that no
+	 * feature is concerned with calls no hook at all. */
+	unsigned int scope;
 	/* Creation, cache not shared yet: 0 or a positive errno (the hooks
 	 * that ran are undone by fini and free). */
 	int (*init)(struct mrmgr_cache *c);

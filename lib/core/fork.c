@@ -145,6 +145,35 @@ static void register_atfork(void)
 			   "parent's cached regions");
 }
 
+/*
+ * The calling thread's stripe was given for the first time (region.h,
+ * mrmgr__stripes_seen): its words of every live region go live. Each
+ * cache only when its lock is free now (no wait, so no order against a
+ * lock the caller may hold): one that was busy is joined at a later
+ * get, and meanwhile this thread's hits there take the slow path.
+ */
+void mrmgr__stripe_join(void)
+{
+	unsigned int s = mrmgr__tls_join - 1;
+	int all = 1;
+
+	pthread_mutex_lock(&list_lock);
+	for (struct mrmgr_cache *c = caches; c; c = next_of(c)) {
+		if (pthread_mutex_trylock(&c->lock)) {
+			all = 0;
+			continue;
+		}
+		mrmgr__region_stripe_join(c, s);
+		pthread_mutex_unlock(&c->lock);
+	}
+	pthread_mutex_unlock(&list_lock);
+	if (all) {
+		__atomic_fetch_or(&mrmgr__stripes_joined, UINT64_C(1) << s,
+				  __ATOMIC_RELEASE);
+		mrmgr__tls_join = 0;
+	}
+}
+
 void mrmgr__fork_track(struct mrmgr_cache *c)
 {
 	pthread_once(&atfork_once, register_atfork);

@@ -164,9 +164,10 @@ static inline int args_ok(uintptr_t a, size_t length, unsigned int access,
 }
 
 /* The body of mrmgr_get() and mrmgr_get_ex(); pd: the PD asked for (NULL:
- * the cache's first). */
-static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
-	       size_t length, unsigned int access, struct mrmgr_region **region)
+ * the cache's first). Inlined in both: a miss walks enough frames. */
+static inline __attribute__((always_inline)) int
+get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr, size_t length,
+    unsigned int access, struct mrmgr_region **region)
 {
 	uint64_t start, last;
 	unsigned int slot;
@@ -194,6 +195,9 @@ static int get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr,
 	}
 
 	slot = mrmgr__thread_slot() & (c->nstripes - 1);
+	/* A stripe given for the first time: its words go live (region.h). */
+	if (mrmgr__unlikely(mrmgr__tls_join))
+		mrmgr__stripe_join();
 	if (mrmgr__unlikely(c->flags & MRMGR__CACHE_EXT_GET))
 		return mrmgr__ext_get(c, pd, start, last, access, slot, region);
 	/* A cache of one PD: that PD is the only one it serves. */

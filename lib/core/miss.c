@@ -287,7 +287,9 @@ static int miss_plan(struct mrmgr_cache *c, struct miss_run *x,
 	}
 	if (m->merged && wait_for_overlap(c, x, m->rs, m->rl))
 		return PLAN_WAITED;
-	ret = mrmgr__ext_plan_miss(c, m, out);
+	/* Most misses concern no feature: not even a call then. */
+	ret = mrmgr__ext_wants_plan(c, m) ? mrmgr__ext_plan_miss(c, m, out)
+					  : MRMGR__PLAN_GO_ON;
 	if (ret != MRMGR__PLAN_GO_ON)
 		return ret;
 	/* Headroom may have widened the span over a reservation. */
@@ -393,7 +395,7 @@ static int miss_register(struct mrmgr_cache *c, struct miss_run *x)
 	if (x->cacheable)
 		mrmgr__mon_watch_abort(c, &x->watch);
 	c->st.reg_failures++;
-	mrmgr__log(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
+	MRMGR__LOG_IF(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
 						   : MRMGR_LOG_WARN,
 		   "registering [%#llx, +%llu) access %#x on %s: %s",
 		   (unsigned long long)m->rs, (unsigned long long)span_len(x),
@@ -432,19 +434,10 @@ static struct mrmgr_region *miss_adopt(struct mrmgr_cache *c,
 	MRMGR__WRITE_ONCE(r->access, m->racc);
 	r->asked_start = m->as < m->start ? m->as : m->start;
 	r->asked_last = m->al > m->last ? m->al : m->last;
-	/* New: spared by the hand like a hit region, but after a lap it goes
-	 * before regions hit since (evict.c). The reference and the mark in
-	 * one locked add: only the lock's holder sets or clears NEW, so the
-	 * load tells whether adding it sets the bit (no carry); stale
-	 * readers of a recycled region change only the count. */
-	{
-		uint64_t *w = mrmgr__ref_word(r, m->slot);
-		uint64_t add = MRMGR__REF_ONE;
-
-		if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & MRMGR__REF_NEW))
-			add += MRMGR__REF_NEW;
-		__atomic_fetch_add(w, add, __ATOMIC_SEQ_CST);
-	}
+	/* Its reference on the caller's slot, marked new (spared by the hand
+	 * like a hit region, but after a lap it goes before regions hit
+	 * since: evict.c), is taken when it is installed: with the pass
+	 * that makes it live when cached, in one read-modify-write. */
 	mrmgr__ext_region_added(c, r);
 	return r;
 }
@@ -465,6 +458,7 @@ static void miss_install(struct mrmgr_cache *c, struct miss_run *x,
 		x->cacheable = 0;
 	}
 	if (!x->cacheable) {
+		mrmgr__region_ref_new(r, m->slot);
 		mrmgr__region_set_keys(r);
 		mrmgr__region_set_state(r, MRMGR__REGION_DETACHED);
 		c->st.uncached++;
@@ -486,7 +480,7 @@ static void miss_install(struct mrmgr_cache *c, struct miss_run *x,
 		n = mrmgr__itree_first_overlap(mrmgr__cache_tree(c), m->rs, m->rl);
 	}
 	mrmgr__evict_age(c);
-	mrmgr__cache_publish_region(c, r);
+	mrmgr__cache_publish_new(c, r, m->slot);
 }
 
 /*

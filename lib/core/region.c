@@ -32,10 +32,13 @@ __thread unsigned int mrmgr__tls_slot
 	__attribute__((tls_model("initial-exec"))) = ~0u;
 __thread uintptr_t mrmgr__tls_words
 	__attribute__((tls_model("initial-exec")));
+__thread unsigned int mrmgr__tls_join
+	__attribute__((tls_model("initial-exec")));
 
 struct mrmgr__layout mrmgr__layout;
 
 uint64_t mrmgr__stripes_seen;
+uint64_t mrmgr__stripes_joined = 1; /* stripe 0 is always kept */
 
 static uint64_t slots_taken;       /* bit i: slot i belongs to a thread */
 static unsigned int next_shared;   /* round-robin past MAX_SLOTS */
@@ -100,9 +103,13 @@ unsigned int mrmgr__thread_slot_slow(void)
 	}
 	/* Masked once here: every cache has mrmgr__stripes() stripes. */
 	s &= mrmgr__stripes() - 1;
-	/* Before the thread can mark anything on its stripe (region.h). */
+	/* Before the thread can mark anything on its stripe (region.h);
+	 * given for the first time, it joins at the thread's next get. */
 	__atomic_fetch_or(&mrmgr__stripes_seen, UINT64_C(1) << s,
-			  __ATOMIC_RELEASE);
+			  __ATOMIC_SEQ_CST);
+	if (!(__atomic_load_n(&mrmgr__stripes_joined, __ATOMIC_ACQUIRE) &
+	      (UINT64_C(1) << s)))
+		mrmgr__tls_join = s + 1;
 	mrmgr__tls_slot = s;
 	mrmgr__tls_words = mrmgr__layout.words + s * mrmgr__layout.stride;
 	return s;
@@ -185,16 +192,19 @@ static inline uint64_t *words_of(const struct mrmgr_region *r, uintptr_t *step)
  * returned) or after it (and sees the new bits). Every change of DEAD or
  * KEYS goes through here.
  */
-static uint64_t flip_words(struct mrmgr_region *r, unsigned int n,
+static uint64_t flip_words(struct mrmgr_region *r, uint64_t kept,
 			   uint64_t set, uint64_t clear, uint64_t *had)
 {
 	uint64_t sum = 0, any = 0;
 	uintptr_t step;
-	uint64_t *w = words_of(r, &step);
+	uint64_t *w0 = words_of(r, &step);
 
-	for (unsigned int i = 0; i < n; i++, w += step) {
+	/* The stripes kept (region.h): the others hold DEAD, no count. */
+	while (kept) {
+		uint64_t *w = w0 + (uintptr_t)__builtin_ctzll(kept) * step;
 		uint64_t old = __atomic_load_n(w, __ATOMIC_SEQ_CST), next;
 
+		kept &= kept - 1;
 		while ((next = (old | set) & ~clear) != old &&
 		       !__atomic_compare_exchange_n(w, &old, next, 0,
 						    __ATOMIC_SEQ_CST,
@@ -212,19 +222,38 @@ static uint64_t flip_words(struct mrmgr_region *r, unsigned int n,
  * set after (the swap that sets it releases them), or 0 when r has no
  * keys a hit may take from there.
  */
-static uint64_t store_keys(struct mrmgr_region *r)
+static uint64_t store_keys(struct mrmgr_region *r, uint64_t kept)
 {
 	const struct mrmgr_cache *c = r->cache;
 	uint64_t k;
 	uintptr_t step;
-	uint64_t *w = words_of(r, &step);
+	uint64_t *w0 = words_of(r, &step);
 
 	if (!r->mr || (c->flags & MRMGR__CACHE_EXT_GET))
 		return 0;
 	k = (uint64_t)r->mr->rkey << 32 | r->mr->lkey;
-	for (unsigned int i = 0; i < c->nstripes; i++, w += step)
-		__atomic_store_n(&w[1], k, __ATOMIC_RELAXED);
+	/* The stripes the flip after it sets the bit on: the same mask. */
+	for (; kept; kept &= kept - 1)
+		__atomic_store_n(&w0[(uintptr_t)__builtin_ctzll(kept) * step + 1],
+				 k, __ATOMIC_RELAXED);
 	return MRMGR__REF_KEYS;
+}
+
+void mrmgr__region_stripe_join(struct mrmgr_cache *c, unsigned int s)
+{
+	for (size_t i = 0; i < c->nall; i++) {
+		struct mrmgr_region *r = c->all[i];
+		uint64_t one, set, had;
+
+		/* Every other state keeps DEAD on every stripe. */
+		if (__atomic_load_n(&r->state, __ATOMIC_RELAXED) !=
+		    MRMGR__REGION_LIVE)
+			continue;
+		one = UINT64_C(1) << s;
+		set = store_keys(r, one);
+		(void)flip_words(r, one, set,
+				 MRMGR__REF_DEAD | (MRMGR__REF_KEYS ^ set), &had);
+	}
 }
 
 void mrmgr__region_set_state(struct mrmgr_region *r, int state)
@@ -233,22 +262,27 @@ void mrmgr__region_set_state(struct mrmgr_region *r, int state)
 	int live = state == MRMGR__REGION_LIVE;
 	uint64_t had;
 
-	/* Only the lock's holder changes states. */
-	__atomic_store_n(&r->state, state, __ATOMIC_SEQ_CST);
+	/* Only the lock's holder changes states. Release, not seq_cst (an
+	 * xchg on x86): what orders it for readers outside the lock is the
+	 * flip's read-modify-writes after it (a release each), and readers
+	 * under the lock have the lock. */
+	__atomic_store_n(&r->state, state, __ATOMIC_RELEASE);
 	if ((was == MRMGR__REGION_LIVE) == live)
 		return;
-	(void)flip_words(r, r->cache->nstripes, live ? 0 : MRMGR__REF_DEAD,
-			 live ? MRMGR__REF_DEAD : 0, &had);
+	(void)flip_words(r, mrmgr__stripes_kept(r->cache->nstripes),
+			 live ? 0 : MRMGR__REF_DEAD, live ? MRMGR__REF_DEAD : 0,
+			 &had);
 }
 
 void mrmgr__region_set_keys(struct mrmgr_region *r)
 {
-	uint64_t set = store_keys(r), had;
+	uint64_t kept = mrmgr__stripes_kept(r->cache->nstripes);
+	uint64_t set = store_keys(r, kept), had;
 
 	if (!set)
 		mrmgr__region_clear_keys(r);
 	else
-		(void)flip_words(r, r->cache->nstripes, set, 0, &had);
+		(void)flip_words(r, kept, set, 0, &had);
 }
 
 void mrmgr__region_clear_keys(struct mrmgr_region *r)
@@ -264,7 +298,8 @@ void mrmgr__region_clear_keys(struct mrmgr_region *r)
 	if (!(__atomic_load_n(words_of(r, &step), __ATOMIC_RELAXED) &
 	      MRMGR__REF_KEYS))
 		return;
-	(void)flip_words(r, r->cache->nstripes, 0, MRMGR__REF_KEYS, &had);
+	(void)flip_words(r, mrmgr__stripes_kept(r->cache->nstripes), 0,
+			 MRMGR__REF_KEYS, &had);
 }
 
 int64_t mrmgr__region_leave(struct mrmgr_region *r, int state, uint64_t clear,
@@ -272,8 +307,9 @@ int64_t mrmgr__region_leave(struct mrmgr_region *r, int state, uint64_t clear,
 {
 	uint64_t sum;
 
-	/* Only the lock's holder changes states. */
-	__atomic_store_n(&r->state, state, __ATOMIC_SEQ_CST);
+	/* Only the lock's holder changes states (release: as in
+	 * mrmgr__region_set_state()). */
+	__atomic_store_n(&r->state, state, __ATOMIC_RELEASE);
 	/*
 	 * The sum is taken from the words as each read-modify-write found
 	 * them, not read again after the last one: every get that succeeds
@@ -283,19 +319,52 @@ int64_t mrmgr__region_leave(struct mrmgr_region *r, int state, uint64_t clear,
 	 * every stripe is marked (check.c's argument holds as it is). A
 	 * put that comes later sees DEAD and takes the slow path.
 	 */
-	sum = flip_words(r, r->cache->nstripes, MRMGR__REF_DEAD, clear, had);
+	sum = flip_words(r, mrmgr__stripes_kept(r->cache->nstripes),
+			 MRMGR__REF_DEAD, clear, had);
 	return (int64_t)sum / (int64_t)MRMGR__REF_ONE;
 }
 
 void mrmgr__region_go_live(struct mrmgr_region *r)
 {
-	uint64_t set = store_keys(r), had;
+	uint64_t kept = mrmgr__stripes_kept(r->cache->nstripes);
+	uint64_t set = store_keys(r, kept), had;
 
-	__atomic_store_n(&r->state, MRMGR__REGION_LIVE, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&r->state, MRMGR__REGION_LIVE, __ATOMIC_RELEASE);
 	/* Keyed and live in one pass (set_keys() then set_state() made
 	 * two): a hit that finds the region live finds the keys. */
-	(void)flip_words(r, r->cache->nstripes, set,
+	(void)flip_words(r, kept, set,
 			 MRMGR__REF_DEAD | (MRMGR__REF_KEYS ^ set), &had);
+}
+
+void mrmgr__region_ref_new(struct mrmgr_region *r, unsigned int slot)
+{
+	uint64_t *w = mrmgr__ref_word(r, slot);
+	uint64_t add = MRMGR__REF_ONE;
+
+	if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & MRMGR__REF_NEW))
+		add += MRMGR__REF_NEW;
+	__atomic_fetch_add(w, add, __ATOMIC_SEQ_CST);
+}
+
+void mrmgr__region_go_live_ref(struct mrmgr_region *r, unsigned int slot)
+{
+	uint64_t one = UINT64_C(1) << slot;
+	uint64_t kept = mrmgr__stripes_kept(r->cache->nstripes) | one;
+	uint64_t set = store_keys(r, kept), had;
+	uint64_t clear = MRMGR__REF_DEAD | (MRMGR__REF_KEYS ^ set);
+	uint64_t *w = mrmgr__ref_word(r, slot);
+	uint64_t old = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+
+	__atomic_store_n(&r->state, MRMGR__REGION_LIVE, __ATOMIC_RELEASE);
+	/* The reference, the mark and the state bits of slot's word in one
+	 * swap (a stale reader's add or drop meanwhile makes it retry),
+	 * then the other stripes as mrmgr__region_go_live() does. */
+	while (!__atomic_compare_exchange_n(
+		w, &old,
+		((old | set | MRMGR__REF_NEW) & ~clear) + MRMGR__REF_ONE, 0,
+		__ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+		;
+	(void)flip_words(r, kept & ~one, set, clear, &had);
 }
 
 int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
@@ -303,14 +372,24 @@ int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
 {
 	const uint64_t bits = MRMGR__REF_USED | MRMGR__REF_NEW;
 	uint64_t sum = 0, had = 0, any = 0;
+	uint64_t seen = mrmgr__stripes_kept(nstripes);
 	uintptr_t step;
 	uint64_t *w0 = words_of(r, &step);
 
-	/* One pass: the words' counts (bias included, wrapping) and which
-	 * stripes have a bit set; then clear those, only when idle. */
-	for (unsigned int i = 0; i < nstripes; i++) {
+	/*
+	 * One pass: the words' counts (bias included, wrapping) and which
+	 * stripes have a bit set; then clear those, only when idle. Only
+	 * the stripes a thread was ever given, and stripe 0 (check.c undoes
+	 * there): no other can hold a count or a bit. A thread given one
+	 * since the load is seen by what decides (mrmgr__region_leave()
+	 * sums every stripe): this is the hand's guess, and a wrong
+	 * "idle" only costs the leave's undo.
+	 */
+	while (seen) {
+		unsigned int i = (unsigned int)__builtin_ctzll(seen);
 		uint64_t w = __atomic_load_n(w0 + i * step, __ATOMIC_SEQ_CST);
 
+		seen &= seen - 1;
 		sum += (w & ~(MRMGR__REF_ONE - 1)) - MRMGR__REF_BIAS;
 		had |= (uint64_t)!!(w & bits) << i;
 		any |= w;

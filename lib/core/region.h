@@ -90,12 +90,46 @@ extern struct mrmgr__layout mrmgr__layout;
 
 /*
  * Bit i: stripe i was given to a thread at some time (it only grows).
- * Only such stripes' words can hold a USED or NEW bit, so the ageing hand
- * reads only them (mrmgr__region_take_used()). Counts may sit on any
- * stripe (mrmgr__region_refs_checked() undoes on stripe 0): whatever sums
- * or marks reads them all.
+ * Only such stripes' words, and stripe 0's (check.c undoes extra puts
+ * there), can hold a count or a USED or NEW bit. So the state bits are
+ * flipped only on those stripes (mrmgr__region_set_state() and the
+ * rest, which load the mask under the cache's lock), and a stripe never
+ * given keeps DEAD in every word: a miss pays one read-modify-write per
+ * thread that ever ran, not one per stripe (64 on a large machine).
+ *
+ * A stripe given for the first time joins: its thread, at its next get
+ * (mrmgr__stripe_join(), fork.c), flips its words of every live region
+ * of every cache, under each cache's lock. Until then its hits find DEAD
+ * and take the slow path (correct, only slower); a region made live
+ * after its bit was set (the mask is loaded under the lock the join
+ * takes too) is flipped by whoever makes it live.
  */
 extern uint64_t mrmgr__stripes_seen;
+
+/* The stripes whose words are kept: mrmgr__stripes_seen and stripe 0,
+ * of n. */
+static inline uint64_t mrmgr__stripes_kept(unsigned int n)
+{
+	uint64_t m = __atomic_load_n(&mrmgr__stripes_seen, __ATOMIC_ACQUIRE) |
+		     1;
+
+	return n < 64 ? m & ((UINT64_C(1) << n) - 1) : m;
+}
+
+/* Bit i: stripe i joined every cache that existed then (fork.c). */
+extern uint64_t mrmgr__stripes_joined;
+
+/* Stripe + 1 the calling thread was given and found not joined yet (see
+ * mrmgr__stripes_seen); 0: none. */
+extern __thread unsigned int mrmgr__tls_join
+	__attribute__((tls_model("initial-exec")));
+
+/* fork.c: the calling thread's stripe joins every cache it can lock now
+ * (mrmgr__tls_join cleared once all did). No cache lock held. */
+void mrmgr__stripe_join(void);
+
+/* A cache's part of it, the cache's lock held. */
+void mrmgr__region_stripe_join(struct mrmgr_cache *c, unsigned int s);
 
 /* Intrusive LRU list link; the cache's list head is one too. */
 struct mrmgr__lru_link {
@@ -313,6 +347,22 @@ int64_t mrmgr__region_leave(struct mrmgr_region *r, int state, uint64_t clear,
  * MRMGR__REGION_LIVE), in one read-modify-write per word. Lock held.
  */
 void mrmgr__region_go_live(struct mrmgr_region *r);
+
+/*
+ * A new region's first reference on slot's stripe, with the "new" mark
+ * (evict.c), as one locked add: only the lock's holder sets or clears
+ * NEW, so the load tells whether adding it sets the bit (no carry);
+ * stale readers of a recycled region change only the count.
+ */
+void mrmgr__region_ref_new(struct mrmgr_region *r, unsigned int slot);
+
+/*
+ * mrmgr__region_go_live() with mrmgr__region_ref_new() folded into the
+ * pass: slot's word goes live, keyed, referenced and marked new in one
+ * read-modify-write (a miss's new region: nobody else can reach it
+ * before it is published).
+ */
+void mrmgr__region_go_live_ref(struct mrmgr_region *r, unsigned int slot);
 
 /*
  * check.c: the sum n of a region that is not live (from

@@ -101,16 +101,30 @@ void mrmgr__cache_tree_remove(struct mrmgr_cache *c, struct mrmgr_region *r)
 	mrmgr__mon_unwatch(c, r);
 }
 
-/* Make a region that is out of the tree live again. */
-void mrmgr__cache_publish_region(struct mrmgr_cache *c, struct mrmgr_region *r)
+/* Into the tree, the index and the LRU list, once live. */
+static void publish(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	r->gone = 0; /* cached again (grow.c) */
-	mrmgr__region_go_live(r); /* keys, then live: one pass */
 	mrmgr__seq_write_begin(c);
 	mrmgr__index_insert(c, r);
 	mrmgr__seq_write_end(c);
 	mrmgr__lru_append(c, r);
 	c->ncached++;
+}
+
+/* Make a region that is out of the tree live again. */
+void mrmgr__cache_publish_region(struct mrmgr_cache *c, struct mrmgr_region *r)
+{
+	r->gone = 0; /* cached again (grow.c) */
+	mrmgr__region_go_live(r); /* keys, then live: one pass */
+	publish(c, r);
+}
+
+void mrmgr__cache_publish_new(struct mrmgr_cache *c, struct mrmgr_region *r,
+			      unsigned int slot)
+{
+	r->gone = 0;
+	mrmgr__region_go_live_ref(r, slot); /* and its first reference */
+	publish(c, r);
 }
 
 static void release_now(struct mrmgr_cache *c, struct mrmgr_region *r);
@@ -143,7 +157,8 @@ static void release_now(struct mrmgr_cache *c, struct mrmgr_region *r)
 	mrmgr__mon_unwatch(c, r); /* a no-op unless grow.c held it out */
 	if (mrmgr__unlikely(c->ndeferred))
 		mrmgr__cache_dereg_retry(c, 0);
-	mrmgr__ext_region_released(c, r); /* before its MR goes */
+	if (mrmgr__ext_wants_released(c, r)) /* before its MR goes */
+		mrmgr__ext_region_released(c, r);
 	/* A view borrows the implicit MR, which lives as long as the cache. */
 	ret = r->kind == MRMGR__REGION_VIEW ? 0
 	      : mrmgr__core_dereg(c, r->mr, "a region's MR");
@@ -166,7 +181,8 @@ static void region_retire(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
 	mrmgr__mon_unwatch(c, r);
 	mrmgr__region_clear_keys(r);
-	mrmgr__ext_region_released(c, r);
+	if (mrmgr__ext_wants_released(c, r))
+		mrmgr__ext_region_released(c, r);
 	mrmgr__core_account_reg(c, r->kind, mrmgr__region_len(r), -1);
 	/* FREE: a stale reader's put leaves it alone; off the free list
 	 * until its MR is gone. */

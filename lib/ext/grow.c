@@ -282,7 +282,7 @@ static int rereg(struct mrmgr_cache *c, struct mrmgr_region *r, int flags,
 							 __ATOMIC_RELAXED);
 
 			mrmgr__core_count(c, rereg_fallback_cmd, 1);
-			mrmgr__log(first ? MRMGR_LOG_WARN : MRMGR_LOG_DEBUG,
+			MRMGR__LOG_IF(first ? MRMGR_LOG_WARN : MRMGR_LOG_DEBUG,
 				   "rereg failed (%d, %s): the MR is dropped "
 				   "and registered anew%s", code, strerror(err),
 				   first ? " (said once; counted in "
@@ -542,6 +542,7 @@ const struct mrmgr__ext mrmgr__ext_grow = {
 	.name = "grow",
 	.id = MRMGR__EXT_ID_GROW,
 	.priv_size = sizeof(int),
+	.scope = MRMGR__EXT_PLAN_MERGED, /* it grows what a miss absorbs */
 	.init = grow_init,
 	.plan_miss = grow_plan_miss,
 };

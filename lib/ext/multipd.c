@@ -113,7 +113,7 @@ static int add_pd_mr(struct mrmgr_cache *c, struct mrmgr_region *r, int i)
 	ret = mrmgr__core_reg_extra(c, mrmgr__share_cache_of(c)->pds[i], start,
 				    len, mrmgr__rgn_access(r), &mr);
 	if (ret) {
-		mrmgr__log(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
+		MRMGR__LOG_IF(ret == EFAULT || ret == EINVAL ? MRMGR_LOG_ERROR
 							   : MRMGR_LOG_WARN,
 			   "registering [%#llx, +%llu) access %#x in PD %d: %s",
 			   (unsigned long long)start, (unsigned long long)len,

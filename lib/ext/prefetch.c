@@ -176,7 +176,7 @@ static int send_batches(struct mrmgr_cache *c, enum ibv_advise_mr_advice advice,
 			return 0;
 		}
 		if (ret) {
-			mrmgr__log(level, "prefetch: ibv_advise_mr(%s%s) of %u "
+			MRMGR__LOG_IF(level, "prefetch: ibv_advise_mr(%s%s) of %u "
 				   "SGEs from %#llx+%u (lkey %#x) on %s: %s",
 				   advice_name(advice),
 				   flags & IBV_ADVISE_MR_FLAG_FLUSH ? ", FLUSH" : "",

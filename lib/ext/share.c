@@ -429,6 +429,8 @@ const struct mrmgr__ext mrmgr__ext_share = {
 	.id = MRMGR__EXT_ID_SHARE,
 	.priv_size = sizeof(struct mrmgr__share_cache *),
 	.region_size = sizeof(struct mrmgr__share *),
+	/* A region with share state is marked (mrmgr__share_get()). */
+	.scope = MRMGR__EXT_RELEASED_MARKED,
 	.free = share_free,
 	.region_released = share_region_released,
 	.region_invalidated = share_region_invalidated,

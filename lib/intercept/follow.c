@@ -209,6 +209,10 @@ static struct {
 				   * call site not bound yet will bind */
 } F;
 
+/* The loader's counters at the last check that answered 0, for
+ * mrmgr__follow_quiet() (no lock): all ones while none did. */
+static unsigned long long ok_adds = ~0ull, ok_subs = ~0ull;
+
 /*
  * Objects to leave alone: libc (its entries are patched; told by a
  * symbol of its own), libmrmgr itself (the object holding this code),
@@ -566,15 +570,35 @@ static void scan(void)
 int mrmgr__follow_check(void)
 {
 	unsigned long long c[2] = { 0, 0 };
+	int ret;
 
 	dl_iterate_phdr(counters, c);
 	if (mrmgr__unlikely(!F.scanned || c[0] != F.adds || c[1] != F.subs)) {
+		/* Not quiet while it rescans (the pair is written apart). */
+		__atomic_store_n(&ok_adds, ~0ull, __ATOMIC_SEQ_CST);
 		F.scanned = 1;
 		F.adds = c[0];
 		F.subs = c[1];
 		scan();
 	}
-	return F.err ? F.err : F.raw ? EOPNOTSUPP : 0;
+	ret = F.err ? F.err : F.raw ? EOPNOTSUPP : 0;
+	if (!ret && __atomic_load_n(&ok_adds, __ATOMIC_RELAXED) != c[0]) {
+		__atomic_store_n(&ok_subs, c[1], __ATOMIC_RELEASE);
+		__atomic_store_n(&ok_adds, c[0], __ATOMIC_RELEASE);
+	}
+	return ret;
+}
+
+int mrmgr__follow_quiet(void)
+{
+	unsigned long long c[2] = { 0, 0 };
+
+	/* A pair read while a check rewrites it matches the loader's
+	 * counters only if its two halves are the ones that check wrote
+	 * (it writes the counters it read, and all ones first). */
+	dl_iterate_phdr(counters, c);
+	return c[0] == __atomic_load_n(&ok_adds, __ATOMIC_ACQUIRE) &&
+	       c[1] == __atomic_load_n(&ok_subs, __ATOMIC_ACQUIRE);
 }
 
 void mrmgr__follow_info(struct mrmgr_monitor_info *m)
@@ -590,6 +614,11 @@ void mrmgr__follow_info(struct mrmgr_monitor_info *m)
 #else /* !MRMGR__PATCH_SUPPORTED */
 
 int mrmgr__follow_test_fail;
+
+int mrmgr__follow_quiet(void)
+{
+	return 1;
+}
 
 int mrmgr__follow_check(void)
 {

@@ -46,6 +46,13 @@ int mrmgr__patch_start(void) __attribute__((weak, visibility("hidden")));
 /* Whether a sanitizer runs in the process (weak likewise): the patched
  * libc steps aside there. */
 int mrmgr__patch_sanitizer(void) __attribute__((weak, visibility("hidden")));
+/*
+ * No lock held (a miss's watch, watch.c): 1 when mrmgr__patch_start()
+ * would answer 0 at once with nothing to do (active, our jumps all in
+ * place, no second flush due); 0 sends the caller to the locked path,
+ * which does what is due. Weak likewise.
+ */
+int mrmgr__patch_quiet(void) __attribute__((weak, visibility("hidden")));
 /* 1 active, 2 failed, 0 untried (the monitor's enum mrmgr__src_state);
  * *err: why not (0 when active). */
 int mrmgr__patch_state(int *err);
@@ -65,6 +72,12 @@ uint32_t mrmgr__patch_overwrites(void);
  * cannot vouch (EOPNOTSUPP: code with raw memory system calls).
  */
 int mrmgr__follow_check(void);
+/*
+ * No lock held: 1 when mrmgr__follow_check() would answer 0 with nothing
+ * to rescan (no object loaded or unloaded since a check that answered 0:
+ * the same one dl_iterate_phdr(), no lock of ours); 0: call it, locked.
+ */
+int mrmgr__follow_quiet(void);
 void mrmgr__follow_info(struct mrmgr_monitor_info *m);
 /* Tests: following fails (EPERM) wherever there is something to follow. */
 extern int mrmgr__follow_test_fail;

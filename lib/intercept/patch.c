@@ -574,7 +574,9 @@ int mrmgr__patch_start(void)
 	} else {
 		P.err = install(&why);
 	}
-	P.state = P.err ? PATCH_FAILED : PATCH_ACTIVE;
+	/* Release: mrmgr__patch_quiet() reads it without the lock. */
+	__atomic_store_n(&P.state, P.err ? PATCH_FAILED : PATCH_ACTIVE,
+			 __ATOMIC_RELEASE);
 	if (P.err == EOPNOTSUPP && mrmgr__patch_sanitizer())
 		/* Expected: the mode decides what replaces it and says so
 		 * (monitor.c). */

@@ -40,6 +40,13 @@ struct mrmgr__mon_source {
 	 * back-off a get waits for.
 	 */
 	int (*start)(int asked);
+	/*
+	 * NULL, or no lock held: 1 when start(0) would answer 0 at once
+	 * with nothing to do (mrmgr__mon_pick_quiet()). A source that has
+	 * it also watches without mrmgr__mon_lock (its watch needs only the
+	 * cache's lock).
+	 */
+	int (*quiet)(void);
 	/* Whether it delivers now, without starting it (reports). */
 	int (*active)(void);
 	/* 2: begin and end of every change (the change protocol, change.c);
@@ -89,6 +96,15 @@ const struct mrmgr__mon_mode *mrmgr__mon_mode_of(uint32_t mode);
  */
 const struct mrmgr__mon_source *
 mrmgr__mon_pick(const struct mrmgr__mon_mode *mm);
+
+/*
+ * No lock held: mrmgr__mon_pick()'s answer when it is the mode's first
+ * source, which always applies, sees both sides and is quiet (so the
+ * pick would take it on its first step); else NULL: pick under the lock.
+ * A miss in the default mode skips the monitor's lock this way.
+ */
+const struct mrmgr__mon_source *
+mrmgr__mon_pick_quiet(const struct mrmgr__mon_mode *mm);
 
 /* Every source, for fork children and reports. */
 extern const struct mrmgr__mon_source mrmgr__src_patch, mrmgr__src_hooks,

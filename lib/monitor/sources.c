@@ -60,6 +60,14 @@ static int patch_src_start(int asked)
 	return err ? err : mrmgr__follow_check();
 }
 
+/* What patch_src_start(0) checks, lock-free: the same answer when it
+ * says 1 (intercept.h). */
+static int patch_src_quiet(void)
+{
+	return mrmgr__patch_quiet && mrmgr__patch_quiet() &&
+	       mrmgr__follow_quiet();
+}
+
 static int patch_src_active(void)
 {
 	return patch_started() && !mrmgr__follow_check();
@@ -107,6 +115,7 @@ const struct mrmgr__mon_source mrmgr__src_patch = {
 	.vma_kinds = 1u << MRMGR__VMA_ANON_PRIVATE,
 	.covers = MRMGR__SRC_SEES_CALLS,
 	.start = patch_src_start,
+	.quiet = patch_src_quiet,
 	.active = patch_src_active,
 	.sides = two,
 	.watch = mrmgr__watch_trusted,
@@ -302,6 +311,17 @@ mrmgr__mon_pick(const struct mrmgr__mon_mode *mm)
 	if (!s)
 		s = pick_one(mm, 1, 0);
 	return s;
+}
+
+const struct mrmgr__mon_source *
+mrmgr__mon_pick_quiet(const struct mrmgr__mon_mode *mm)
+{
+	const struct mrmgr__mon_source *s = mm->n ? mm->use[0].src : NULL;
+
+	/* pick_one(mm, 2, -1)'s first step, taken. */
+	if (s && !mm->use[0].when && s->quiet && s->sides() == 2 && s->quiet())
+		return s;
+	return NULL;
 }
 
 static const struct mrmgr__mon_source *const all[] = {

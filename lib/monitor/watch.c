@@ -562,11 +562,18 @@ int mrmgr__watch_begin(struct mrmgr__mon_cache *m, uint64_t start,
 		tx->kind = TX_TRUSTED;
 		return 0;
 	}
-	pthread_mutex_lock(&mrmgr__mon_lock);
-	src = mrmgr__mon_pick(mm);
-	if (src)
+	/* The usual case (the patched libc, nothing changed): no lock but
+	 * the cache's; the source's checks are the pick's (sources.c). */
+	src = mrmgr__mon_pick_quiet(mm);
+	if (src) {
 		err = src->watch(m, tx, start, last);
-	pthread_mutex_unlock(&mrmgr__mon_lock);
+	} else {
+		pthread_mutex_lock(&mrmgr__mon_lock);
+		src = mrmgr__mon_pick(mm);
+		if (src)
+			err = src->watch(m, tx, start, last);
+		pthread_mutex_unlock(&mrmgr__mon_lock);
+	}
 	if (err)
 		unwatched(m, start, last, err);
 	return err;

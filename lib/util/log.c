@@ -21,7 +21,7 @@
  */
 static mrmgr_log_fn log_fn;
 static void *log_arg;
-static int log_max = -1; /* -1: not yet read from the environment */
+int mrmgr__log_max = -1; /* -1: not yet read from the environment */
 
 static int level_from_env(void)
 {
@@ -42,14 +42,14 @@ static int level_from_env(void)
 
 static int current_max(void)
 {
-	int m = __atomic_load_n(&log_max, __ATOMIC_RELAXED);
+	int m = __atomic_load_n(&mrmgr__log_max, __ATOMIC_RELAXED);
 
 	if (m == -1) {
 		int bad = (m = level_from_env()) == -3;
 
 		if (bad)
 			m = MRMGR_LOG_WARN;
-		__atomic_store_n(&log_max, m, __ATOMIC_RELAXED);
+		__atomic_store_n(&mrmgr__log_max, m, __ATOMIC_RELAXED);
 		if (bad)
 			mrmgr__warn("ignoring MRMGR_LOG_LEVEL=\"%s\": expected "
 				    "error, warn, info, debug, none or 0-3",
@@ -98,6 +98,6 @@ MRMGR_EXPORT void mrmgr_set_log_handler(mrmgr_log_fn fn, void *arg,
 	__atomic_store_n(&log_arg, arg, __ATOMIC_RELAXED);
 	/* NULL: back to the environment's level, read (and a bad value
 	 * reported) at the next line. */
-	__atomic_store_n(&log_max, fn ? (int)max_level : -1, __ATOMIC_RELAXED);
+	__atomic_store_n(&mrmgr__log_max, fn ? (int)max_level : -1, __ATOMIC_RELAXED);
 	__atomic_store_n(&log_fn, fn, __ATOMIC_RELEASE);
 }

@@ -89,6 +89,8 @@ static const struct mrmgr__icpt_sink sink = {
 	.saw = log_queue_saw,
 };
 
+int mrmgr__log_max = -1; /* log.h: every line is written */
+
 void mrmgr__log(enum mrmgr_log_level lv, const char *fmt, ...)
 {
 	va_list ap;

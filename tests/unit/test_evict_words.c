@@ -50,6 +50,29 @@ static struct mrmgr_region *get_put(mrmgr_cache_t *c, void *p)
 	return r;
 }
 
+/*
+ * These tests take and drop references on every stripe, as threads of
+ * every stripe would: every stripe given (region.h keeps the words of
+ * the stripes given, and of stripe 0, only). Before the cache is made.
+ */
+static void every_stripe_given(void)
+{
+	__atomic_fetch_or(&mrmgr__stripes_seen, ~UINT64_C(0), __ATOMIC_SEQ_CST);
+	__atomic_fetch_or(&mrmgr__stripes_joined, ~UINT64_C(0),
+			  __ATOMIC_SEQ_CST);
+}
+
+/* Stripe s of r: live, keyed, with r's MR's keys. */
+static void assert_live_keyed_on(struct mrmgr_region *r, unsigned int s)
+{
+	const uint64_t *w = mrmgr__ref_word(r, s);
+
+	cr_assert_not(w[0] & MRMGR__REF_DEAD, "stripe %u live", s);
+	cr_assert(w[0] & MRMGR__REF_KEYS, "stripe %u keyed", s);
+	cr_assert_eq(w[1], (uint64_t)r->mr->rkey << 32 | r->mr->lkey,
+		     "stripe %u has the MR's keys", s);
+}
+
 /* Every stripe of r: live, keyed, with r's MR's keys. */
 static void assert_live_keyed(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
@@ -74,6 +97,7 @@ Test(evict_words, published_region_is_live_and_keyed_on_every_stripe)
 	char *buf = map_rw(4 * 64 * KiB, 0);
 	struct mrmgr_region *r;
 
+	every_stripe_given();
 	fx_open(&f, &nopin, &a);
 	cr_assert_geq(f.cache->nstripes, 2);
 	r = get_put(f.cache, buf);
@@ -100,6 +124,7 @@ Test(evict_words, eviction_counts_every_stripe_and_restores_a_held_region)
 	struct mrmgr_region *r;
 	unsigned int n;
 
+	every_stripe_given();
 	fx_open(&f, &nopin, &a);
 	c = f.cache;
 	n = c->nstripes;
@@ -139,6 +164,7 @@ Test(evict_words, leave_adds_up_the_stripes_it_marks)
 	unsigned int n;
 	uint64_t had;
 
+	every_stripe_given();
 	fx_open(&f, &nopin, &a);
 	c = f.cache;
 	n = c->nstripes;
@@ -230,6 +256,51 @@ Test(evict_words, ageing_finds_a_used_bit_of_a_thread_gone)
 	cr_assert_not(*mrmgr__ref_word(r, s) &
 		      (MRMGR__REF_USED | MRMGR__REF_NEW));
 	pthread_mutex_unlock(&f.cache->lock);
+	fx_close(&f);
+	munmap(buf, 2 * 64 * KiB);
+}
+
+/*
+ * A stripe no thread was given keeps "not live" in every word (a miss
+ * flips only the stripes given); a thread given it later joins at its
+ * first get: its words of the live regions go live and keyed, and its
+ * next get of a cached buffer is a hit on the inline path, no lock.
+ */
+Test(evict_words, a_stripe_given_later_joins_the_live_regions)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = limits(4);
+	char *buf = map_rw(2 * 64 * KiB, 0);
+	struct mrmgr_region *r;
+	struct hitter h;
+	pthread_t t;
+	unsigned int s, n;
+	uint64_t hits;
+
+	fx_open(&f, &nopin, &a);
+	n = f.cache->nstripes;
+	r = get_put(f.cache, buf);
+	s = mrmgr__thread_slot() & (n - 1);
+	for (unsigned int i = 0; i < n; i++) {
+		int kept = i == 0 || i == s ||
+			   (__atomic_load_n(&mrmgr__stripes_seen,
+					    __ATOMIC_RELAXED) &
+			    (UINT64_C(1) << i));
+		uint64_t w = *mrmgr__ref_word(r, i);
+
+		cr_assert_eq(!(w & MRMGR__REF_DEAD), kept,
+			     "stripe %u: live only when given", i);
+	}
+	hits = cstats(f.cache).hits;
+	h.cache = f.cache;
+	h.p = buf;
+	cr_assert_eq(pthread_create(&t, NULL, hit_once, &h), 0);
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	s = h.slot & (n - 1);
+	cr_assert_eq(cstats(f.cache).hits, hits + 1, "the thread's get hit");
+	cr_assert(mrmgr__stripes_joined & (UINT64_C(1) << s),
+		  "stripe %u joined", s);
+	assert_live_keyed_on(r, s);
 	fx_close(&f);
 	munmap(buf, 2 * 64 * KiB);
 }
