@@ -38,8 +38,11 @@ MRMGR_EXPORT int mrmgr_domain_create(const struct mrmgr_domain_ops *ops,
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return ENOMEM;
+	static const int follows = 1; /* the operations' promise */
+
 	d->ops = *ops;
 	d->ctx = ctx;
+	d->follows = &follows;
 	d->free_counter = ops->free_counter(ctx);
 	if (!d->free_counter) {
 		free(d);
@@ -131,9 +134,11 @@ static int revalidate(struct mrmgr_cache *c, struct mrmgr__devva_tbl *t,
 	int ret;
 
 	mrmgr__devva_lock(t, 1);
-	/* Read before the walk: a free after it moves it again. */
+	/* Read before the walk: a free after it moves it again. A free
+	 * under way (not settled) is walked for at every get until it ends. */
 	now = mrmgr__domain_frees(d);
-	if (now == __atomic_load_n(validated, __ATOMIC_RELAXED)) {
+	if (now == __atomic_load_n(validated, __ATOMIC_RELAXED) &&
+	    mrmgr__domain_settled(d)) {
 		mrmgr__devva_lock(t, 0);
 		return 0;
 	}
@@ -144,6 +149,23 @@ static int revalidate(struct mrmgr_cache *c, struct mrmgr__devva_tbl *t,
 	if (!ret)
 		__atomic_store_n(validated, now, __ATOMIC_RELEASE);
 	mrmgr__devva_lock(t, 0);
+	free(ranges);
+	return ret;
+}
+
+/* A domain whose counter is not trusted: the allocation this get would
+ * hit is checked (its buffer id) every time, as libfabric does. */
+static int validate_at(struct mrmgr_cache *c, struct mrmgr__devva_tbl *t,
+		       uint64_t va)
+{
+	uint64_t *ranges = NULL;
+	size_t n = 0;
+	int ret;
+
+	ret = mrmgr__devva_stale_at(t, va, &ranges, &n);
+	for (size_t i = 0; i < n; i++)
+		mrmgr_invalidate(c, (void *)(uintptr_t)ranges[2 * i],
+				 (size_t)ranges[2 * i + 1]);
 	free(ranges);
 	return ret;
 }
@@ -170,8 +192,16 @@ MRMGR_EXPORT int mrmgr_get_device(mrmgr_cache_t *c, uint64_t va,
 	t = c->kind_ctx;
 	d = mrmgr__devva_domain(t);
 	validated = mrmgr__devva_validated(t);
+	if (d->recheck)
+		d->recheck();
+	if (mrmgr__unlikely(!mrmgr__domain_follows(d))) {
+		ret = validate_at(c, t, va);
+		if (ret)
+			return ret;
+	}
 	if (mrmgr__unlikely(mrmgr__domain_frees(d) !=
-			    __atomic_load_n(validated, __ATOMIC_ACQUIRE))) {
+			    __atomic_load_n(validated, __ATOMIC_ACQUIRE) ||
+			    !mrmgr__domain_settled(d))) {
 		ret = revalidate(c, t, d, validated);
 		if (ret)
 			return ret;

@@ -1,0 +1,579 @@
+/*
+ * libcuda's frees, followed (cuda_follow.h). Why call sites and not the
+ * patch engine on libcuda's entry points: doc/device-memory.md, "How the
+ * CUDA domain follows frees". In short, the engine's hooks replace a
+ * body (they issue the system call themselves); wrapping a function
+ * means running its first instructions elsewhere, which the engine does
+ * not do and could not verify on a closed driver that changes with each
+ * release (UCX's code patches of cuMemFree are what silently broke in
+ * openucx/ucx#7865, #10627, #10868).
+ *
+ * What is redirected, with `lock` held, when the first CUDA domain opens
+ * and again whenever an object was loaded since (the last object of the
+ * link map has a successor: one load at every get):
+ *   - every loaded object's GOT/PLT slots of the followed functions
+ *     (R_*_JUMP_SLOT, R_*_GLOB_DAT) bound to libcuda's definition, or not
+ *     bound yet (lazy: the slot still points into the object's own PLT);
+ *   - their slots of dlsym() and of cuGetProcAddress(_v2): the wrappers
+ *     hand out our wrapper whenever the answer is a followed function.
+ * A slot bound to anything else (another interposer) is not overwritten:
+ * following stops, and says why. So does an object loaded after the
+ * first scan that imports dlsym, dlvsym or cuGetProcAddress: it may have
+ * taken a pointer before we saw it. libcuda must not be loaded before
+ * the first domain opens, for the same reason (libcudart's function
+ * table). Where following stops, every get validates (devva.h).
+ *
+ * Each wrapper moves `begun` before the driver's call and `ended` after
+ * it: while they differ a free is under way and every get validates, so
+ * another thread's allocation at an address the driver already gave
+ * back cannot hit the old registration.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "compiler.h"
+#include "cuda_follow.h"
+#include "got.h"
+#include "log.h"
+
+int mrmgr__cuda_follow_test_off;
+
+#if defined(MRMGR__R_SLOT)
+
+typedef int cu_result;
+typedef unsigned long long cu_deviceptr;
+
+/* The followed functions, then the ones that hand out pointers. */
+enum { T_FREE, T_FREE_V2, T_FREE_ASYNC, T_FREE_ASYNC_PTSZ, T_RELEASE,
+       T_UNMAP, T_ADDR_FREE, T_CTX_DESTROY, T_CTX_DESTROY_V2, T_PCTX_RESET,
+       T_PCTX_RESET_V2, T_PCTX_RELEASE, T_PCTX_RELEASE_V2, T_POOL_DESTROY,
+       T_POOL_TRIM, T_GPA, T_GPA_V2, T_DLSYM, T_COUNT };
+#define T_FREES T_GPA
+static const char *const names[T_COUNT] = {
+	"cuMemFree", "cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz",
+	"cuMemRelease", "cuMemUnmap", "cuMemAddressFree", "cuCtxDestroy",
+	"cuCtxDestroy_v2", "cuDevicePrimaryCtxReset",
+	"cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxRelease",
+	"cuDevicePrimaryCtxRelease_v2", "cuMemPoolDestroy", "cuMemPoolTrimTo",
+	"cuGetProcAddress", "cuGetProcAddress_v2", "dlsym",
+};
+
+/* The definitions (libcuda's; libc's dlsym), set before any slot is
+ * written and never changed. The asm stub below reads the last one. */
+static uintptr_t real[T_COUNT];
+__attribute__((visibility("hidden"))) uintptr_t mrmgr__cuda_real_dlsym;
+
+static uint64_t begun, ended;
+static int on;
+static char why[256] = "not started (no CUDA domain opened)";
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int started, said_off;
+static uint64_t sites;
+/* The last object of the link map at the last scan, pinned (an extra
+ * reference, never dropped) so that it cannot be unloaded while a get
+ * reads its l_next. */
+static struct link_map *tail;
+
+#define REAL(t, type) ((type)__atomic_load_n(&real[t], __ATOMIC_ACQUIRE))
+
+#define W(t, fn, params, args)                                             \
+	static cu_result w_##fn params                                     \
+	{                                                                  \
+		cu_result r;                                               \
+                                                                           \
+		__atomic_fetch_add(&begun, 1, __ATOMIC_ACQ_REL);           \
+		r = REAL(t, cu_result (*) params) args;                    \
+		__atomic_fetch_add(&ended, 1, __ATOMIC_ACQ_REL);           \
+		return r;                                                  \
+	}
+W(T_FREE, cuMemFree, (unsigned int p), (p))
+W(T_FREE_V2, cuMemFree_v2, (cu_deviceptr p), (p))
+W(T_FREE_ASYNC, cuMemFreeAsync, (cu_deviceptr p, void *s), (p, s))
+W(T_FREE_ASYNC_PTSZ, cuMemFreeAsync_ptsz, (cu_deviceptr p, void *s), (p, s))
+W(T_RELEASE, cuMemRelease, (unsigned long long h), (h))
+W(T_UNMAP, cuMemUnmap, (cu_deviceptr p, size_t n), (p, n))
+W(T_ADDR_FREE, cuMemAddressFree, (cu_deviceptr p, size_t n), (p, n))
+W(T_CTX_DESTROY, cuCtxDestroy, (void *c), (c))
+W(T_CTX_DESTROY_V2, cuCtxDestroy_v2, (void *c), (c))
+W(T_PCTX_RESET, cuDevicePrimaryCtxReset, (int d), (d))
+W(T_PCTX_RESET_V2, cuDevicePrimaryCtxReset_v2, (int d), (d))
+W(T_PCTX_RELEASE, cuDevicePrimaryCtxRelease, (int d), (d))
+W(T_PCTX_RELEASE_V2, cuDevicePrimaryCtxRelease_v2, (int d), (d))
+W(T_POOL_DESTROY, cuMemPoolDestroy, (void *p), (p))
+W(T_POOL_TRIM, cuMemPoolTrimTo, (void *p, size_t n), (p, n))
+
+static void stop(const char *reason);
+
+/* A pointer handed out for sym: our wrapper when it is a followed
+ * function's definition. A followed name at an address we do not know
+ * (a driver whose table is not its exports) cannot be followed: stop. */
+static void *swap(const char *sym, void *p);
+
+static cu_result w_cuGetProcAddress(const char *s, void **pfn, int ver,
+				    unsigned long long flags)
+{
+	cu_result r = REAL(T_GPA, cu_result (*)(const char *, void **, int,
+						unsigned long long))(s, pfn,
+								     ver, flags);
+
+	if (r == 0 && pfn)
+		*pfn = swap(s, *pfn);
+	return r;
+}
+
+static cu_result w_cuGetProcAddress_v2(const char *s, void **pfn, int ver,
+				       unsigned long long flags, void *status)
+{
+	cu_result r = REAL(T_GPA_V2, cu_result (*)(const char *, void **, int,
+						   unsigned long long,
+						   void *))(s, pfn, ver, flags,
+							    status);
+
+	if (r == 0 && pfn)
+		*pfn = swap(s, *pfn);
+	return r;
+}
+
+/* dlsym with any handle but RTLD_NEXT (the stub sends that one straight
+ * to libc's, whose answer depends on its caller's address). */
+__attribute__((visibility("hidden"))) void *mrmgr__cuda_dlsym_c(void *h,
+								 const char *s);
+void *mrmgr__cuda_dlsym_c(void *h, const char *s)
+{
+	void *p = REAL(T_DLSYM, void *(*)(void *, const char *))(h, s);
+
+	return p ? swap(s, p) : p;
+}
+
+/* The dlsym wrapper: a tail jump keeps the caller's return address,
+ * which libc's dlsym reads for RTLD_NEXT. */
+__attribute__((visibility("hidden"))) void mrmgr__cuda_dlsym_stub(void);
+#if defined(__x86_64__)
+__asm__(".text\n"
+	".globl mrmgr__cuda_dlsym_stub\n"
+	".hidden mrmgr__cuda_dlsym_stub\n"
+	".type mrmgr__cuda_dlsym_stub, @function\n"
+	"mrmgr__cuda_dlsym_stub:\n"
+	"	.byte 0xf3, 0x0f, 0x1e, 0xfa\n" /* endbr64 */
+	"	cmpq $-1, %rdi\n"
+	"	je 1f\n"
+	"	jmp mrmgr__cuda_dlsym_c\n"
+	"1:	jmp *mrmgr__cuda_real_dlsym(%rip)\n"
+	".size mrmgr__cuda_dlsym_stub, .-mrmgr__cuda_dlsym_stub\n");
+#else
+__asm__(".text\n"
+	".globl mrmgr__cuda_dlsym_stub\n"
+	".hidden mrmgr__cuda_dlsym_stub\n"
+	".type mrmgr__cuda_dlsym_stub, %function\n"
+	".p2align 2\n"
+	"mrmgr__cuda_dlsym_stub:\n"
+	"	hint #34\n" /* bti c */
+	"	cmn x0, #1\n"
+	"	b.eq 1f\n"
+	"	b mrmgr__cuda_dlsym_c\n"
+	"1:	adrp x16, mrmgr__cuda_real_dlsym\n"
+	"	ldr x16, [x16, #:lo12:mrmgr__cuda_real_dlsym]\n"
+	"	br x16\n"
+	".size mrmgr__cuda_dlsym_stub, .-mrmgr__cuda_dlsym_stub\n");
+#endif
+
+static const uintptr_t wrapper[T_COUNT] = {
+	[T_FREE] = (uintptr_t)w_cuMemFree,
+	[T_FREE_V2] = (uintptr_t)w_cuMemFree_v2,
+	[T_FREE_ASYNC] = (uintptr_t)w_cuMemFreeAsync,
+	[T_FREE_ASYNC_PTSZ] = (uintptr_t)w_cuMemFreeAsync_ptsz,
+	[T_RELEASE] = (uintptr_t)w_cuMemRelease,
+	[T_UNMAP] = (uintptr_t)w_cuMemUnmap,
+	[T_ADDR_FREE] = (uintptr_t)w_cuMemAddressFree,
+	[T_CTX_DESTROY] = (uintptr_t)w_cuCtxDestroy,
+	[T_CTX_DESTROY_V2] = (uintptr_t)w_cuCtxDestroy_v2,
+	[T_PCTX_RESET] = (uintptr_t)w_cuDevicePrimaryCtxReset,
+	[T_PCTX_RESET_V2] = (uintptr_t)w_cuDevicePrimaryCtxReset_v2,
+	[T_PCTX_RELEASE] = (uintptr_t)w_cuDevicePrimaryCtxRelease,
+	[T_PCTX_RELEASE_V2] = (uintptr_t)w_cuDevicePrimaryCtxRelease_v2,
+	[T_POOL_DESTROY] = (uintptr_t)w_cuMemPoolDestroy,
+	[T_POOL_TRIM] = (uintptr_t)w_cuMemPoolTrimTo,
+	[T_GPA] = (uintptr_t)w_cuGetProcAddress,
+	[T_GPA_V2] = (uintptr_t)w_cuGetProcAddress_v2,
+	[T_DLSYM] = (uintptr_t)mrmgr__cuda_dlsym_stub,
+};
+
+/* cuGetProcAddress is asked for base names ("cuMemFree" for
+ * cuMemFree_v2 and _ptsz): does sym name a function of ours? */
+static int family(const char *sym)
+{
+	size_t l = strlen(sym);
+
+	for (int t = 0; t < T_DLSYM; t++)
+		if (!strncmp(names[t], sym, l) &&
+		    (!names[t][l] || !strcmp(names[t] + l, "_v2") ||
+		     !strcmp(names[t] + l, "_ptsz")))
+			return 1;
+	return 0;
+}
+
+static void *swap(const char *sym, void *p)
+{
+	uintptr_t v = (uintptr_t)p;
+
+	for (int t = 0; t < T_DLSYM; t++) {
+		if (v == wrapper[t])
+			return p;
+		if (real[t] && v == real[t])
+			return (void *)wrapper[t];
+	}
+	if (sym && sym[0] == 'c' && sym[1] == 'u' && family(sym) &&
+	    __atomic_load_n(&on, __ATOMIC_ACQUIRE)) {
+		char m[160];
+
+		snprintf(m, sizeof(m), "%.64s was handed out at an address "
+			 "that is not libcuda's exported function", sym);
+		stop(m);
+	}
+	return p;
+}
+
+/* ------------------------------------------------------------ state */
+
+static void say_off(void)
+{
+	if (said_off++)
+		return;
+	mrmgr__info("CUDA memory domain: frees not followed (%s): every get "
+		    "validates the allocation's buffer id (slower, never "
+		    "stale)", why);
+}
+
+/* Following stops for good: every get validates from now on. */
+static void stop(const char *reason)
+{
+	int was = __atomic_exchange_n(&on, 0, __ATOMIC_ACQ_REL);
+
+	if (!was && started)
+		return;
+	snprintf(why, sizeof(why), "%s", reason);
+	__atomic_store_n(&tail, NULL, __ATOMIC_RELEASE);
+	if (was && started)
+		mrmgr__warn("CUDA memory domain: frees no longer followed (%s): "
+			    "every get validates the allocation's buffer id "
+			    "from now on", why);
+}
+
+static const char *base_name(const char *p)
+{
+	const char *s = p ? strrchr(p, '/') : NULL;
+
+	return s ? s + 1 : p && *p ? p : "the program";
+}
+
+static int holds(const struct dl_phdr_info *info, uintptr_t a)
+{
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type == PT_LOAD && a >= lo && a < lo + ph->p_memsz)
+			return 1;
+	}
+	return 0;
+}
+
+static int target_of(const char *n)
+{
+	if (n[0] != 'c' && n[0] != 'd')
+		return -1;
+	for (int t = 0; t < T_COUNT; t++)
+		if (!strcmp(n, names[t]))
+			return t;
+	return -1;
+}
+
+/* One scan's findings. */
+struct scan {
+	uint64_t moved;
+	int err;
+	const uintptr_t *fresh; /* load biases of objects new since the last */
+	size_t nfresh;
+	char what[160];
+};
+
+static int is_fresh(const struct scan *s, uintptr_t bias)
+{
+	for (size_t i = 0; i < s->nfresh; i++)
+		if (s->fresh[i] == bias)
+			return 1;
+	return 0;
+}
+
+/* One call site: redirected, or why it cannot be. */
+static void site(struct scan *s, const struct dl_phdr_info *info,
+		 const struct mrmgr__relocs *rl, const ElfW(Rela) *r, int t)
+{
+	uintptr_t *slot = (uintptr_t *)(info->dlpi_addr + r->r_offset);
+	uintptr_t v = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+	int lazy = ELF64_R_TYPE(r->r_info) == MRMGR__R_SLOT && holds(info, v);
+	int err;
+
+	if (!real[t] || !v || v == wrapper[t])
+		return;
+	if (v != real[t] && !lazy) {
+		s->err = EEXIST;
+		snprintf(s->what, sizeof(s->what), "%s of %s is bound to another "
+			 "definition (an interposer): calls through it are not "
+			 "seen", names[t], base_name(info->dlpi_name));
+		return;
+	}
+	err = mrmgr__got_put(slot, wrapper[t], rl);
+	if (err) {
+		s->err = err;
+		snprintf(s->what, sizeof(s->what), "%s of %s: the call site "
+			 "cannot be written (%s)", names[t],
+			 base_name(info->dlpi_name), strerror(err));
+		return;
+	}
+	s->moved++;
+}
+
+static int redirect(struct dl_phdr_info *info, size_t sz, void *arg)
+{
+	struct scan *s = arg;
+	const char *n = info->dlpi_name;
+	struct mrmgr__relocs rl;
+
+	(void)sz;
+	if (!n || strstr(n, "ld-linux") || strstr(n, "linux-vdso") ||
+	    strstr(n, "linux-gate") || holds(info, real[T_FREE_V2]) ||
+	    !mrmgr__got_read(info, &rl))
+		return 0;
+	for (int k = 0; k < 2; k++)
+		for (size_t i = 0; i < rl.n[k]; i++) {
+			const ElfW(Rela) *r = &rl.r[k][i];
+			unsigned long type = ELF64_R_TYPE(r->r_info);
+			const char *sym;
+			int t;
+
+			if ((type != MRMGR__R_SLOT && type != MRMGR__R_GLOB) ||
+			    !ELF64_R_SYM(r->r_info))
+				continue;
+			sym = rl.str + rl.sym[ELF64_R_SYM(r->r_info)].st_name;
+			if (s->nfresh && is_fresh(s, info->dlpi_addr) &&
+			    (!strcmp(sym, "dlvsym") ||
+			     (target_of(sym) >= T_FREES))) {
+				s->err = EAGAIN;
+				snprintf(s->what, sizeof(s->what), "%s, loaded "
+					 "after the CUDA domain opened, imports "
+					 "%s: a pointer it took before it was "
+					 "seen cannot be followed",
+					 base_name(n), sym);
+			}
+			t = target_of(sym);
+			if (t >= 0)
+				site(s, info, &rl, r, t);
+		}
+	return 0;
+}
+
+/* The last object of the main namespace's link map, pinned. */
+static int watch_tail(void)
+{
+	void *self = dlopen(NULL, RTLD_LAZY);
+	struct link_map *lm = NULL;
+
+	if (!self || dlinfo(self, RTLD_DI_LINKMAP, &lm) || !lm) {
+		if (self)
+			dlclose(self);
+		return ENOENT;
+	}
+	dlclose(self);
+	while (lm->l_next)
+		lm = lm->l_next;
+	if (lm->l_name && lm->l_name[0] &&
+	    !dlopen(lm->l_name, RTLD_LAZY | RTLD_NOLOAD))
+		return ENOENT;
+	/* No pin is ever dropped: a get may be reading the previous last
+	 * object's l_next now, with no lock. */
+	__atomic_store_n(&tail, lm, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* Lock held: redirect every call site; with the objects after `tail`
+ * checked for imports that may have taken a pointer already. */
+static void scan(void)
+{
+	uintptr_t fresh[64];
+	struct scan s = { .moved = 0, .err = 0, .fresh = fresh, .nfresh = 0,
+			  .what = "" };
+
+	if (tail) {
+		for (struct link_map *lm = tail->l_next; lm; lm = lm->l_next) {
+			if (s.nfresh == MRMGR__ARRAY_SIZE(fresh)) {
+				stop("more than 64 objects were loaded at once");
+				return;
+			}
+			fresh[s.nfresh++] = lm->l_addr;
+		}
+	}
+	dl_iterate_phdr(redirect, &s);
+	sites += s.moved;
+	if (s.err) {
+		stop(s.what);
+		return;
+	}
+	if (watch_tail()) {
+		stop("the link map cannot be watched for new objects");
+		return;
+	}
+	/* A free through a call site not redirected yet went unseen: every
+	 * cache validates once. */
+	if (s.nfresh) {
+		__atomic_fetch_add(&begun, 1, __ATOMIC_ACQ_REL);
+		__atomic_fetch_add(&ended, 1, __ATOMIC_ACQ_REL);
+	}
+}
+
+static void start_locked(void *dl, int loaded_before)
+{
+	void *p;
+
+	if (mrmgr__cuda_follow_test_off) {
+		stop("turned off by a test hook");
+		return;
+	}
+	if (loaded_before) {
+		stop("libcuda.so.1 was loaded before the first CUDA domain "
+		     "opened: function pointers taken before (dlsym, "
+		     "cuGetProcAddress: libcudart's table) cannot be followed; "
+		     "open the domain before the first CUDA call");
+		return;
+	}
+	/* Never unloaded: call sites go to wrappers that call into it. */
+	if (!dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE)) {
+		stop("libcuda.so.1 cannot be pinned");
+		return;
+	}
+	for (int t = 0; t < T_DLSYM; t++)
+		__atomic_store_n(&real[t], (uintptr_t)dlsym(dl, names[t]),
+				 __ATOMIC_RELEASE);
+	if (!real[T_FREE_V2]) {
+		stop("libcuda.so.1 has no cuMemFree_v2");
+		return;
+	}
+	/* Before any slot is written: ours is one of them. */
+	mrmgr__cuda_real_dlsym = (uintptr_t)&dlsym;
+	__atomic_store_n(&real[T_DLSYM], mrmgr__cuda_real_dlsym,
+			 __ATOMIC_RELEASE);
+	__atomic_store_n(&on, 1, __ATOMIC_RELEASE);
+	scan();
+	if (!__atomic_load_n(&on, __ATOMIC_ACQUIRE))
+		return;
+	/* Self-test: our own call site of dlsym was redirected like every
+	 * other, so the answer must be the wrapper. */
+	p = dlsym(dl, "cuMemFree_v2");
+	if ((uintptr_t)p != wrapper[T_FREE_V2])
+		stop("self-test: dlsym() through a redirected call site did "
+		     "not hand out the wrapper");
+}
+
+void mrmgr__cuda_follow_start(void *dl, int loaded_before)
+{
+	pthread_mutex_lock(&lock);
+	if (!started) {
+		start_locked(dl, loaded_before);
+		started = 1;
+		if (__atomic_load_n(&on, __ATOMIC_ACQUIRE)) {
+			snprintf(why, sizeof(why), "followed: %llu call sites "
+				 "of cuMemFree*, cuMemFreeAsync*, the VMM and "
+				 "context frees, dlsym and cuGetProcAddress "
+				 "redirected", (unsigned long long)sites);
+			mrmgr__info("CUDA memory domain: frees %s", why);
+		} else {
+			say_off();
+		}
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+void mrmgr__cuda_follow_recheck(void)
+{
+	struct link_map *t = __atomic_load_n(&tail, __ATOMIC_ACQUIRE);
+
+	if (mrmgr__likely(!t || !__atomic_load_n(&t->l_next, __ATOMIC_ACQUIRE)))
+		return;
+	pthread_mutex_lock(&lock);
+	t = __atomic_load_n(&tail, __ATOMIC_ACQUIRE);
+	if (t && t->l_next)
+		scan();
+	pthread_mutex_unlock(&lock);
+}
+
+const uint64_t *mrmgr__cuda_follow_begun(void)
+{
+	return &begun;
+}
+
+const uint64_t *mrmgr__cuda_follow_ended(void)
+{
+	return &ended;
+}
+
+const int *mrmgr__cuda_follow_on(void)
+{
+	return &on;
+}
+
+const char *mrmgr__cuda_follow_why(void)
+{
+	return why;
+}
+
+#else /* no call-site redirection on this architecture */
+
+static const uint64_t zero;
+static const int off;
+
+void mrmgr__cuda_follow_start(void *dl, int loaded_before)
+{
+	static int said;
+
+	(void)dl;
+	(void)loaded_before;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		mrmgr__info("CUDA memory domain: frees not followed (no call-site "
+			    "redirection on this architecture): every get "
+			    "validates the allocation's buffer id (slower, "
+			    "never stale)");
+}
+
+const uint64_t *mrmgr__cuda_follow_begun(void)
+{
+	return &zero;
+}
+
+const uint64_t *mrmgr__cuda_follow_ended(void)
+{
+	return &zero;
+}
+
+const int *mrmgr__cuda_follow_on(void)
+{
+	return &off;
+}
+
+const char *mrmgr__cuda_follow_why(void)
+{
+	return "no call-site redirection on this architecture";
+}
+
+void mrmgr__cuda_follow_recheck(void)
+{
+}
+
+#endif
