@@ -54,6 +54,10 @@ EXPORT CUresult cuGetProcAddress(const char *s, void **pfn, int ver,
 				 unsigned long long flags);
 EXPORT CUresult cuGetProcAddress_v2(const char *s, void **pfn, int ver,
 				    unsigned long long flags, int *status);
+EXPORT CUresult cuDeviceGet(int *dev, int ordinal);
+EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev);
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int dev);
+EXPORT CUresult cuCtxSetCurrent(void *ctx);
 EXPORT int fakecu_write(CUdeviceptr p, const void *buf, size_t n);
 EXPORT unsigned long fakecu_frees(void);
 
@@ -125,6 +129,36 @@ static struct range *find(CUdeviceptr p)
 EXPORT CUresult cuInit(unsigned int flags)
 {
 	(void)flags;
+	return OK;
+}
+
+/* One device, one context: enough for tools/gpu_check to run on it. */
+EXPORT CUresult cuDeviceGet(int *dev, int ordinal)
+{
+	if (!dev || ordinal)
+		return INVALID_VALUE;
+	*dev = 0;
+	return OK;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev)
+{
+	static int the_ctx;
+
+	if (!ctx || dev)
+		return INVALID_VALUE;
+	*ctx = &the_ctx;
+	return OK;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(int dev)
+{
+	return dev ? INVALID_VALUE : OK;
+}
+
+EXPORT CUresult cuCtxSetCurrent(void *ctx)
+{
+	(void)ctx;
 	return OK;
 }
 
