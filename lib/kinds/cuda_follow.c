@@ -14,8 +14,8 @@
  *   - every loaded object's GOT/PLT slots of the followed functions
  *     (R_*_JUMP_SLOT, R_*_GLOB_DAT) bound to libcuda's definition, or not
  *     bound yet (lazy: the slot still points into the object's own PLT);
- *   - their slots of dlsym() and of cuGetProcAddress(_v2): the wrappers
- *     hand out our wrapper whenever the answer is a followed function.
+ *   - their slots of dlsym(), dlvsym() and cuGetProcAddress(_v2): the
+ *     wrappers hand out ours whenever the answer is a followed function.
  * A slot bound to anything else (another interposer) is not overwritten:
  * following stops, and says why. So does an object loaded after the
  * first scan that imports dlsym, dlvsym or cuGetProcAddress: it may have
@@ -55,7 +55,7 @@ typedef unsigned long long cu_deviceptr;
 enum { T_FREE, T_FREE_V2, T_FREE_ASYNC, T_FREE_ASYNC_PTSZ, T_RELEASE,
        T_UNMAP, T_ADDR_FREE, T_CTX_DESTROY, T_CTX_DESTROY_V2, T_PCTX_RESET,
        T_PCTX_RESET_V2, T_PCTX_RELEASE, T_PCTX_RELEASE_V2, T_POOL_DESTROY,
-       T_POOL_TRIM, T_GPA, T_GPA_V2, T_DLSYM, T_COUNT };
+       T_POOL_TRIM, T_GPA, T_GPA_V2, T_DLSYM, T_DLVSYM, T_COUNT };
 #define T_FREES T_GPA
 static const char *const names[T_COUNT] = {
 	"cuMemFree", "cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz",
@@ -63,19 +63,22 @@ static const char *const names[T_COUNT] = {
 	"cuCtxDestroy_v2", "cuDevicePrimaryCtxReset",
 	"cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxRelease",
 	"cuDevicePrimaryCtxRelease_v2", "cuMemPoolDestroy", "cuMemPoolTrimTo",
-	"cuGetProcAddress", "cuGetProcAddress_v2", "dlsym",
+	"cuGetProcAddress", "cuGetProcAddress_v2", "dlsym", "dlvsym",
 };
 
-/* The definitions (libcuda's; libc's dlsym), set before any slot is
- * written and never changed. The asm stub below reads the last one. */
+/* The definitions (libcuda's; libc's dlsym and dlvsym), set before any
+ * slot is written and never changed. The asm stubs read the last two. */
 static uintptr_t real[T_COUNT];
-__attribute__((visibility("hidden"))) uintptr_t mrmgr__cuda_real_dlsym;
+__attribute__((visibility("hidden"))) uintptr_t mrmgr__cuda_real_dlsym,
+	mrmgr__cuda_real_dlvsym;
 
 static uint64_t begun, ended;
 static int on;
 static char why[256] = "not started (no CUDA domain opened)";
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int started, said_off;
+/* Guards why: stop() may run in any thread that looks a function up. */
+static pthread_mutex_t why_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t sites;
 /* The last object of the link map at the last scan, pinned (an extra
  * reference, never dropped) so that it cannot be unloaded while a get
@@ -142,8 +145,9 @@ static cu_result w_cuGetProcAddress_v2(const char *s, void **pfn, int ver,
 	return r;
 }
 
-/* dlsym with any handle but RTLD_NEXT (the stub sends that one straight
- * to libc's, whose answer depends on its caller's address). */
+/* dlsym and dlvsym with any handle but RTLD_NEXT (the stubs send that
+ * one straight to libc's, whose answer depends on its caller's address:
+ * a pointer looked up that way is not swapped, doc/device-memory.md). */
 __attribute__((visibility("hidden"))) void *mrmgr__cuda_dlsym_c(void *h,
 								 const char *s);
 void *mrmgr__cuda_dlsym_c(void *h, const char *s)
@@ -153,37 +157,53 @@ void *mrmgr__cuda_dlsym_c(void *h, const char *s)
 	return p ? swap(s, p) : p;
 }
 
-/* The dlsym wrapper: a tail jump keeps the caller's return address,
- * which libc's dlsym reads for RTLD_NEXT. */
+__attribute__((visibility("hidden"))) void *
+mrmgr__cuda_dlvsym_c(void *h, const char *s, const char *v);
+void *mrmgr__cuda_dlvsym_c(void *h, const char *s, const char *v)
+{
+	void *p = REAL(T_DLVSYM, void *(*)(void *, const char *,
+					   const char *))(h, s, v);
+
+	return p ? swap(s, p) : p;
+}
+
+/* The wrappers: a tail jump keeps the caller's return address, which
+ * libc reads for RTLD_NEXT. */
 __attribute__((visibility("hidden"))) void mrmgr__cuda_dlsym_stub(void);
+__attribute__((visibility("hidden"))) void mrmgr__cuda_dlvsym_stub(void);
 #if defined(__x86_64__)
-__asm__(".text\n"
-	".globl mrmgr__cuda_dlsym_stub\n"
-	".hidden mrmgr__cuda_dlsym_stub\n"
-	".type mrmgr__cuda_dlsym_stub, @function\n"
-	"mrmgr__cuda_dlsym_stub:\n"
-	"	.byte 0xf3, 0x0f, 0x1e, 0xfa\n" /* endbr64 */
-	"	cmpq $-1, %rdi\n"
-	"	je 1f\n"
-	"	jmp mrmgr__cuda_dlsym_c\n"
-	"1:	jmp *mrmgr__cuda_real_dlsym(%rip)\n"
-	".size mrmgr__cuda_dlsym_stub, .-mrmgr__cuda_dlsym_stub\n");
+#define STUB(name, c, real)                                                  \
+	".globl " name "\n"                                                  \
+	".hidden " name "\n"                                                 \
+	".type " name ", @function\n"                                        \
+	name ":\n"                                                           \
+	"	.byte 0xf3, 0x0f, 0x1e, 0xfa\n" /* endbr64 */                \
+	"	cmpq $-1, %rdi\n"                                            \
+	"	je 1f\n"                                                      \
+	"	jmp " c "\n"                                                 \
+	"1:	jmp *" real "(%rip)\n"                                       \
+	".size " name ", .-" name "\n"
 #else
-__asm__(".text\n"
-	".globl mrmgr__cuda_dlsym_stub\n"
-	".hidden mrmgr__cuda_dlsym_stub\n"
-	".type mrmgr__cuda_dlsym_stub, %function\n"
-	".p2align 2\n"
-	"mrmgr__cuda_dlsym_stub:\n"
-	"	hint #34\n" /* bti c */
-	"	cmn x0, #1\n"
-	"	b.eq 1f\n"
-	"	b mrmgr__cuda_dlsym_c\n"
-	"1:	adrp x16, mrmgr__cuda_real_dlsym\n"
-	"	ldr x16, [x16, #:lo12:mrmgr__cuda_real_dlsym]\n"
-	"	br x16\n"
-	".size mrmgr__cuda_dlsym_stub, .-mrmgr__cuda_dlsym_stub\n");
+#define STUB(name, c, real)                                                  \
+	".globl " name "\n"                                                  \
+	".hidden " name "\n"                                                 \
+	".type " name ", %function\n"                                        \
+	".p2align 2\n"                                                       \
+	name ":\n"                                                           \
+	"	hint #34\n" /* bti c */                                      \
+	"	cmn x0, #1\n"                                                \
+	"	b.eq 1f\n"                                                    \
+	"	b " c "\n"                                                   \
+	"1:	adrp x16, " real "\n"                                        \
+	"	ldr x16, [x16, #:lo12:" real "]\n"                           \
+	"	br x16\n"                                                     \
+	".size " name ", .-" name "\n"
 #endif
+__asm__(".text\n"
+	STUB("mrmgr__cuda_dlsym_stub", "mrmgr__cuda_dlsym_c",
+	     "mrmgr__cuda_real_dlsym")
+	STUB("mrmgr__cuda_dlvsym_stub", "mrmgr__cuda_dlvsym_c",
+	     "mrmgr__cuda_real_dlvsym"));
 
 static const uintptr_t wrapper[T_COUNT] = {
 	[T_FREE] = (uintptr_t)w_cuMemFree,
@@ -204,6 +224,7 @@ static const uintptr_t wrapper[T_COUNT] = {
 	[T_GPA] = (uintptr_t)w_cuGetProcAddress,
 	[T_GPA_V2] = (uintptr_t)w_cuGetProcAddress_v2,
 	[T_DLSYM] = (uintptr_t)mrmgr__cuda_dlsym_stub,
+	[T_DLVSYM] = (uintptr_t)mrmgr__cuda_dlvsym_stub,
 };
 
 /* cuGetProcAddress is asked for base names ("cuMemFree" for
@@ -259,7 +280,9 @@ static void stop(const char *reason)
 
 	if (!was && started)
 		return;
+	pthread_mutex_lock(&why_lock);
 	snprintf(why, sizeof(why), "%s", reason);
+	pthread_mutex_unlock(&why_lock);
 	__atomic_store_n(&tail, NULL, __ATOMIC_RELEASE);
 	if (was && started)
 		mrmgr__warn("CUDA memory domain: frees no longer followed (%s): "
@@ -365,8 +388,7 @@ static int redirect(struct dl_phdr_info *info, size_t sz, void *arg)
 				continue;
 			sym = rl.str + rl.sym[ELF64_R_SYM(r->r_info)].st_name;
 			if (s->nfresh && is_fresh(s, info->dlpi_addr) &&
-			    (!strcmp(sym, "dlvsym") ||
-			     (target_of(sym) >= T_FREES))) {
+			    target_of(sym) >= T_FREES) {
 				s->err = EAGAIN;
 				snprintf(s->what, sizeof(s->what), "%s, loaded "
 					 "after the CUDA domain opened, imports "
@@ -466,9 +488,12 @@ static void start_locked(void *dl, int loaded_before)
 		stop("libcuda.so.1 has no cuMemFree_v2");
 		return;
 	}
-	/* Before any slot is written: ours is one of them. */
+	/* Before any slot is written: ours are among them. */
 	mrmgr__cuda_real_dlsym = (uintptr_t)&dlsym;
+	mrmgr__cuda_real_dlvsym = (uintptr_t)&dlvsym;
 	__atomic_store_n(&real[T_DLSYM], mrmgr__cuda_real_dlsym,
+			 __ATOMIC_RELEASE);
+	__atomic_store_n(&real[T_DLVSYM], mrmgr__cuda_real_dlvsym,
 			 __ATOMIC_RELEASE);
 	__atomic_store_n(&on, 1, __ATOMIC_RELEASE);
 	scan();
@@ -489,10 +514,13 @@ void mrmgr__cuda_follow_start(void *dl, int loaded_before)
 		start_locked(dl, loaded_before);
 		started = 1;
 		if (__atomic_load_n(&on, __ATOMIC_ACQUIRE)) {
-			snprintf(why, sizeof(why), "followed: %llu call sites "
+			pthread_mutex_lock(&why_lock);
+			snprintf(why, sizeof(why), "followed: %llu call site(s) "
 				 "of cuMemFree*, cuMemFreeAsync*, the VMM and "
-				 "context frees, dlsym and cuGetProcAddress "
-				 "redirected", (unsigned long long)sites);
+				 "context frees, dlsym, dlvsym and "
+				 "cuGetProcAddress redirected",
+				 (unsigned long long)sites);
+			pthread_mutex_unlock(&why_lock);
 			mrmgr__info("CUDA memory domain: frees %s", why);
 		} else {
 			say_off();

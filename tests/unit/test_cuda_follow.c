@@ -243,6 +243,41 @@ Test(cuda_follow, followed_and_said)
 	cr_assert_eq(count_fds(), before);
 }
 
+/* The process's own lookups still get libc's answers through the
+ * redirected dlsym and dlvsym, RTLD_NEXT (relative to the caller) too. */
+Test(cuda_follow, lookups_still_answer)
+{
+	void *next, *dflt, *v;
+	struct cfx f;
+
+	copen(&f, 0);
+	cr_assert(mrmgr__domain_follows(f.dom));
+	next = dlsym(RTLD_NEXT, "malloc");
+	dflt = dlsym(RTLD_DEFAULT, "malloc");
+	cr_assert_not_null(next);
+	cr_assert_eq(next, dflt);
+	cr_assert_null(dlsym(RTLD_NEXT, "no_such_symbol_anywhere"));
+	cr_assert_not_null(dlerror());
+	v = dlvsym(RTLD_DEFAULT, "malloc",
+#if defined(__x86_64__)
+		   "GLIBC_2.2.5"
+#else
+		   "GLIBC_2.17"
+#endif
+	);
+	cr_assert_eq(v, dflt);
+	/* An unknown name through cuGetProcAddress: as the driver says. */
+	{
+		cu_gpa_fn gpa = (cu_gpa_fn)sym(&f, "cuGetProcAddress");
+		void *p = (void *)1;
+
+		cr_assert_neq(gpa("cuNoSuchCall", &p, 12000, 0), 0);
+		cr_assert_null(p);
+	}
+	cr_assert(mrmgr__domain_follows(f.dom));
+	cclose(&f);
+}
+
 Test(cuda_follow, free_by_dlsym_pointer)
 {
 	int before = count_fds();

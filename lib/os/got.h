@@ -1,8 +1,8 @@
 /*
  * Call sites of a loaded object: its GOT/PLT slots, found through its
  * relocation tables (R_*_JUMP_SLOT, R_*_GLOB_DAT), and the one store that
- * redirects a slot. Shared by follow.c (memory calls defined outside
- * libc) and lib/kinds/cuda_follow.c (libcuda's free functions).
+ * redirects a slot. Shared by lib/intercept/follow.c (memory calls
+ * defined outside libc) and lib/kinds/cuda_follow.c (libcuda's frees).
  *
  * SPDX-License-Identifier: MIT
  */
