@@ -16,6 +16,9 @@
  *     bound yet (lazy: the slot still points into the object's own PLT);
  *   - their slots of dlsym(), dlvsym() and cuGetProcAddress(_v2): the
  *     wrappers hand out ours whenever the answer is a followed function.
+ *   - their slots of dlclose(): an object loaded since the last scan
+ *     could free through its own call sites and be unloaded before a
+ *     get sees it, so the scan comes first.
  * A slot bound to anything else (another interposer) is not overwritten:
  * following stops, and says why. So does an object loaded after the
  * first scan that imports dlsym, dlvsym or cuGetProcAddress: it may have
@@ -55,7 +58,8 @@ typedef unsigned long long cu_deviceptr;
 enum { T_FREE, T_FREE_V2, T_FREE_ASYNC, T_FREE_ASYNC_PTSZ, T_RELEASE,
        T_UNMAP, T_ADDR_FREE, T_CTX_DESTROY, T_CTX_DESTROY_V2, T_PCTX_RESET,
        T_PCTX_RESET_V2, T_PCTX_RELEASE, T_PCTX_RELEASE_V2, T_POOL_DESTROY,
-       T_POOL_TRIM, T_GPA, T_GPA_V2, T_DLSYM, T_DLVSYM, T_COUNT };
+       T_POOL_TRIM, T_GPA, T_GPA_V2, T_DLSYM, T_DLVSYM, T_DLCLOSE,
+       T_COUNT };
 #define T_FREES T_GPA
 static const char *const names[T_COUNT] = {
 	"cuMemFree", "cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz",
@@ -64,6 +68,7 @@ static const char *const names[T_COUNT] = {
 	"cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxRelease",
 	"cuDevicePrimaryCtxRelease_v2", "cuMemPoolDestroy", "cuMemPoolTrimTo",
 	"cuGetProcAddress", "cuGetProcAddress_v2", "dlsym", "dlvsym",
+	"dlclose",
 };
 
 /* The definitions (libcuda's; libc's dlsym and dlvsym), set before any
@@ -167,6 +172,16 @@ void *mrmgr__cuda_dlvsym_c(void *h, const char *s, const char *v)
 	return p ? swap(s, p) : p;
 }
 
+/* An object loaded since the last scan, which freed through its own
+ * call sites, may be unloaded before any get notices it (its successor
+ * gone again): the scan comes first. dlclose() does not look at its
+ * caller. */
+static int w_dlclose(void *h)
+{
+	mrmgr__cuda_follow_recheck();
+	return REAL(T_DLCLOSE, int (*)(void *))(h);
+}
+
 /* The wrappers: a tail jump keeps the caller's return address, which
  * libc reads for RTLD_NEXT. */
 __attribute__((visibility("hidden"))) void mrmgr__cuda_dlsym_stub(void);
@@ -225,6 +240,7 @@ static const uintptr_t wrapper[T_COUNT] = {
 	[T_GPA_V2] = (uintptr_t)w_cuGetProcAddress_v2,
 	[T_DLSYM] = (uintptr_t)mrmgr__cuda_dlsym_stub,
 	[T_DLVSYM] = (uintptr_t)mrmgr__cuda_dlvsym_stub,
+	[T_DLCLOSE] = (uintptr_t)w_dlclose,
 };
 
 /* cuGetProcAddress is asked for base names ("cuMemFree" for
@@ -348,6 +364,10 @@ static void site(struct scan *s, const struct dl_phdr_info *info,
 	if (!real[t] || !v || v == wrapper[t])
 		return;
 	if (v != real[t] && !lazy) {
+		/* Another dlclose (a sanitizer's): no free goes through it;
+		 * only its early scan is lost (doc/device-memory.md). */
+		if (t == T_DLCLOSE)
+			return;
 		s->err = EEXIST;
 		snprintf(s->what, sizeof(s->what), "%s of %s is bound to another "
 			 "definition (an interposer): calls through it are not "
@@ -387,8 +407,9 @@ static int redirect(struct dl_phdr_info *info, size_t sz, void *arg)
 			    !ELF64_R_SYM(r->r_info))
 				continue;
 			sym = rl.str + rl.sym[ELF64_R_SYM(r->r_info)].st_name;
-			if (s->nfresh && is_fresh(s, info->dlpi_addr) &&
-			    target_of(sym) >= T_FREES) {
+			t = target_of(sym);
+			if (s->nfresh && t >= T_FREES && t != T_DLCLOSE &&
+			    is_fresh(s, info->dlpi_addr)) {
 				s->err = EAGAIN;
 				snprintf(s->what, sizeof(s->what), "%s, loaded "
 					 "after the CUDA domain opened, imports "
@@ -396,7 +417,6 @@ static int redirect(struct dl_phdr_info *info, size_t sz, void *arg)
 					 "seen cannot be followed",
 					 base_name(n), sym);
 			}
-			t = target_of(sym);
 			if (t >= 0)
 				site(s, info, &rl, r, t);
 		}
@@ -409,12 +429,11 @@ static int watch_tail(void)
 	void *self = dlopen(NULL, RTLD_LAZY);
 	struct link_map *lm = NULL;
 
-	if (!self || dlinfo(self, RTLD_DI_LINKMAP, &lm) || !lm) {
-		if (self)
-			dlclose(self);
+	/* The program's handle is not closed: dlclose() is redirected to
+	 * a wrapper that takes `lock`, held here (and closing it would
+	 * only drop a count that never unloads anything). */
+	if (!self || dlinfo(self, RTLD_DI_LINKMAP, &lm) || !lm)
 		return ENOENT;
-	}
-	dlclose(self);
 	while (lm->l_next)
 		lm = lm->l_next;
 	if (lm->l_name && lm->l_name[0] &&
@@ -491,6 +510,8 @@ static void start_locked(void *dl, int loaded_before)
 	/* Before any slot is written: ours are among them. */
 	mrmgr__cuda_real_dlsym = (uintptr_t)&dlsym;
 	mrmgr__cuda_real_dlvsym = (uintptr_t)&dlvsym;
+	__atomic_store_n(&real[T_DLCLOSE], (uintptr_t)&dlclose,
+			 __ATOMIC_RELEASE);
 	__atomic_store_n(&real[T_DLSYM], mrmgr__cuda_real_dlsym,
 			 __ATOMIC_RELEASE);
 	__atomic_store_n(&real[T_DLVSYM], mrmgr__cuda_real_dlvsym,

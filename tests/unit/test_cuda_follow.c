@@ -361,6 +361,33 @@ Test(cuda_follow, free_before_the_first_get_after_a_load)
 	cclose(&f);
 }
 
+/* A library loaded, freeing through its PLT (not redirected yet) and
+ * unloaded before any get: the last object's successor would be gone
+ * again, but the dlclose() went through a redirected call site, which
+ * scanned first. */
+Test(cuda_follow, load_free_unload_before_a_get)
+{
+	struct cfx f;
+	uint64_t a, b;
+	cu_free_fn fn;
+
+	copen(&f, 0);
+	a = new_alloc(&f, 0x91);
+	get_reads(&f, a, 0x91);
+	user_lib = dlopen("libcuda_user.so", RTLD_NOW);
+	cr_assert_not_null(user_lib, "%s", dlerror());
+	*(void **)&fn = dlsym(user_lib, "user_free");
+	cr_assert_eq(fn(a), 0);
+	/* (The scan the dlclose() makes pins the library, the last object
+	 * then: without that scan it would be unloaded here.) */
+	cr_assert_eq(dlclose(user_lib), 0);
+	b = new_alloc(&f, 0x92);
+	cr_assert_eq(b, a);
+	get_reads(&f, b, 0x92);
+	cr_assert(mrmgr__domain_follows(f.dom));
+	cclose(&f);
+}
+
 /* VMM: a range reserved, a handle mapped, unmapped and another mapped
  * (a new buffer id at the same address); then the range freed and
  * reserved again. */
