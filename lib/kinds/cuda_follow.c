@@ -26,10 +26,10 @@
  * the first domain opens, for the same reason (libcudart's function
  * table). Where following stops, every get validates (devva.h).
  *
- * Each wrapper moves `begun` before the driver's call and `ended` after
- * it: while they differ a free is under way and every get validates, so
- * another thread's allocation at an address the driver already gave
- * back cannot hit the old registration.
+ * Each free's wrapper (cuda_wrap.c) moves `begun` before the driver's
+ * call and `ended` after it: while they differ a free is under way and
+ * every get validates, so another thread's allocation at an address the
+ * driver already gave back cannot hit the old registration.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -44,6 +44,7 @@
 
 #include "compiler.h"
 #include "cuda_follow.h"
+#include "cuda_wrap.h"
 #include "got.h"
 #include "log.h"
 
@@ -51,234 +52,20 @@ int mrmgr__cuda_follow_test_off;
 
 #if defined(MRMGR__R_SLOT)
 
-typedef int cu_result;
-typedef unsigned long long cu_deviceptr;
+/* ------------------------------------------------------------ state */
 
-/* The followed functions, then the ones that hand out pointers. */
-enum { T_FREE, T_FREE_V2, T_FREE_ASYNC, T_FREE_ASYNC_PTSZ, T_RELEASE,
-       T_UNMAP, T_ADDR_FREE, T_CTX_DESTROY, T_CTX_DESTROY_V2, T_PCTX_RESET,
-       T_PCTX_RESET_V2, T_PCTX_RELEASE, T_PCTX_RELEASE_V2, T_POOL_DESTROY,
-       T_POOL_TRIM, T_GPA, T_GPA_V2, T_DLSYM, T_DLVSYM, T_DLCLOSE,
-       T_COUNT };
-#define T_FREES T_GPA
-static const char *const names[T_COUNT] = {
-	"cuMemFree", "cuMemFree_v2", "cuMemFreeAsync", "cuMemFreeAsync_ptsz",
-	"cuMemRelease", "cuMemUnmap", "cuMemAddressFree", "cuCtxDestroy",
-	"cuCtxDestroy_v2", "cuDevicePrimaryCtxReset",
-	"cuDevicePrimaryCtxReset_v2", "cuDevicePrimaryCtxRelease",
-	"cuDevicePrimaryCtxRelease_v2", "cuMemPoolDestroy", "cuMemPoolTrimTo",
-	"cuGetProcAddress", "cuGetProcAddress_v2", "dlsym", "dlvsym",
-	"dlclose",
-};
-
-/* The definitions (libcuda's; libc's dlsym and dlvsym), set before any
- * slot is written and never changed. The asm stubs read the last two. */
-static uintptr_t real[T_COUNT];
-__attribute__((visibility("hidden"))) uintptr_t mrmgr__cuda_real_dlsym,
-	mrmgr__cuda_real_dlvsym;
-
-static uint64_t begun, ended;
 static int on;
 static char why[256] = "not started (no CUDA domain opened)";
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int started, said_off;
-/* Guards why: stop() may run in any thread that looks a function up. */
+/* Guards why: mrmgr__cuda_stop() may run in any thread that looks a
+ * function up. */
 static pthread_mutex_t why_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t sites;
 /* The last object of the link map at the last scan, pinned (an extra
  * reference, never dropped) so that it cannot be unloaded while a get
  * reads its l_next. */
 static struct link_map *tail;
-
-#define REAL(t, type) ((type)__atomic_load_n(&real[t], __ATOMIC_ACQUIRE))
-
-#define W(t, fn, params, args)                                             \
-	static cu_result w_##fn params                                     \
-	{                                                                  \
-		cu_result r;                                               \
-                                                                           \
-		__atomic_fetch_add(&begun, 1, __ATOMIC_ACQ_REL);           \
-		r = REAL(t, cu_result (*) params) args;                    \
-		__atomic_fetch_add(&ended, 1, __ATOMIC_ACQ_REL);           \
-		return r;                                                  \
-	}
-W(T_FREE, cuMemFree, (unsigned int p), (p))
-W(T_FREE_V2, cuMemFree_v2, (cu_deviceptr p), (p))
-W(T_FREE_ASYNC, cuMemFreeAsync, (cu_deviceptr p, void *s), (p, s))
-W(T_FREE_ASYNC_PTSZ, cuMemFreeAsync_ptsz, (cu_deviceptr p, void *s), (p, s))
-W(T_RELEASE, cuMemRelease, (unsigned long long h), (h))
-W(T_UNMAP, cuMemUnmap, (cu_deviceptr p, size_t n), (p, n))
-W(T_ADDR_FREE, cuMemAddressFree, (cu_deviceptr p, size_t n), (p, n))
-W(T_CTX_DESTROY, cuCtxDestroy, (void *c), (c))
-W(T_CTX_DESTROY_V2, cuCtxDestroy_v2, (void *c), (c))
-W(T_PCTX_RESET, cuDevicePrimaryCtxReset, (int d), (d))
-W(T_PCTX_RESET_V2, cuDevicePrimaryCtxReset_v2, (int d), (d))
-W(T_PCTX_RELEASE, cuDevicePrimaryCtxRelease, (int d), (d))
-W(T_PCTX_RELEASE_V2, cuDevicePrimaryCtxRelease_v2, (int d), (d))
-W(T_POOL_DESTROY, cuMemPoolDestroy, (void *p), (p))
-W(T_POOL_TRIM, cuMemPoolTrimTo, (void *p, size_t n), (p, n))
-
-static void stop(const char *reason);
-
-/* A pointer handed out for sym: our wrapper when it is a followed
- * function's definition. A followed name at an address we do not know
- * (a driver whose table is not its exports) cannot be followed: stop. */
-static void *swap(const char *sym, void *p);
-
-static cu_result w_cuGetProcAddress(const char *s, void **pfn, int ver,
-				    unsigned long long flags)
-{
-	cu_result r = REAL(T_GPA, cu_result (*)(const char *, void **, int,
-						unsigned long long))(s, pfn,
-								     ver, flags);
-
-	if (r == 0 && pfn)
-		*pfn = swap(s, *pfn);
-	return r;
-}
-
-static cu_result w_cuGetProcAddress_v2(const char *s, void **pfn, int ver,
-				       unsigned long long flags, void *status)
-{
-	cu_result r = REAL(T_GPA_V2, cu_result (*)(const char *, void **, int,
-						   unsigned long long,
-						   void *))(s, pfn, ver, flags,
-							    status);
-
-	if (r == 0 && pfn)
-		*pfn = swap(s, *pfn);
-	return r;
-}
-
-/* dlsym and dlvsym with any handle but RTLD_NEXT (the stubs send that
- * one straight to libc's, whose answer depends on its caller's address:
- * a pointer looked up that way is not swapped, doc/device-memory.md). */
-__attribute__((visibility("hidden"))) void *mrmgr__cuda_dlsym_c(void *h,
-								 const char *s);
-void *mrmgr__cuda_dlsym_c(void *h, const char *s)
-{
-	void *p = REAL(T_DLSYM, void *(*)(void *, const char *))(h, s);
-
-	return p ? swap(s, p) : p;
-}
-
-__attribute__((visibility("hidden"))) void *
-mrmgr__cuda_dlvsym_c(void *h, const char *s, const char *v);
-void *mrmgr__cuda_dlvsym_c(void *h, const char *s, const char *v)
-{
-	void *p = REAL(T_DLVSYM, void *(*)(void *, const char *,
-					   const char *))(h, s, v);
-
-	return p ? swap(s, p) : p;
-}
-
-/* An object loaded since the last scan, which freed through its own
- * call sites, may be unloaded before any get notices it (its successor
- * gone again): the scan comes first. dlclose() does not look at its
- * caller. */
-static int w_dlclose(void *h)
-{
-	mrmgr__cuda_follow_recheck();
-	return REAL(T_DLCLOSE, int (*)(void *))(h);
-}
-
-/* The wrappers: a tail jump keeps the caller's return address, which
- * libc reads for RTLD_NEXT. */
-__attribute__((visibility("hidden"))) void mrmgr__cuda_dlsym_stub(void);
-__attribute__((visibility("hidden"))) void mrmgr__cuda_dlvsym_stub(void);
-#if defined(__x86_64__)
-#define STUB(name, c, real)                                                  \
-	".globl " name "\n"                                                  \
-	".hidden " name "\n"                                                 \
-	".type " name ", @function\n"                                        \
-	name ":\n"                                                           \
-	"	.byte 0xf3, 0x0f, 0x1e, 0xfa\n" /* endbr64 */                \
-	"	cmpq $-1, %rdi\n"                                            \
-	"	je 1f\n"                                                      \
-	"	jmp " c "\n"                                                 \
-	"1:	jmp *" real "(%rip)\n"                                       \
-	".size " name ", .-" name "\n"
-#else
-#define STUB(name, c, real)                                                  \
-	".globl " name "\n"                                                  \
-	".hidden " name "\n"                                                 \
-	".type " name ", %function\n"                                        \
-	".p2align 2\n"                                                       \
-	name ":\n"                                                           \
-	"	hint #34\n" /* bti c */                                      \
-	"	cmn x0, #1\n"                                                \
-	"	b.eq 1f\n"                                                    \
-	"	b " c "\n"                                                   \
-	"1:	adrp x16, " real "\n"                                        \
-	"	ldr x16, [x16, #:lo12:" real "]\n"                           \
-	"	br x16\n"                                                     \
-	".size " name ", .-" name "\n"
-#endif
-__asm__(".text\n"
-	STUB("mrmgr__cuda_dlsym_stub", "mrmgr__cuda_dlsym_c",
-	     "mrmgr__cuda_real_dlsym")
-	STUB("mrmgr__cuda_dlvsym_stub", "mrmgr__cuda_dlvsym_c",
-	     "mrmgr__cuda_real_dlvsym"));
-
-static const uintptr_t wrapper[T_COUNT] = {
-	[T_FREE] = (uintptr_t)w_cuMemFree,
-	[T_FREE_V2] = (uintptr_t)w_cuMemFree_v2,
-	[T_FREE_ASYNC] = (uintptr_t)w_cuMemFreeAsync,
-	[T_FREE_ASYNC_PTSZ] = (uintptr_t)w_cuMemFreeAsync_ptsz,
-	[T_RELEASE] = (uintptr_t)w_cuMemRelease,
-	[T_UNMAP] = (uintptr_t)w_cuMemUnmap,
-	[T_ADDR_FREE] = (uintptr_t)w_cuMemAddressFree,
-	[T_CTX_DESTROY] = (uintptr_t)w_cuCtxDestroy,
-	[T_CTX_DESTROY_V2] = (uintptr_t)w_cuCtxDestroy_v2,
-	[T_PCTX_RESET] = (uintptr_t)w_cuDevicePrimaryCtxReset,
-	[T_PCTX_RESET_V2] = (uintptr_t)w_cuDevicePrimaryCtxReset_v2,
-	[T_PCTX_RELEASE] = (uintptr_t)w_cuDevicePrimaryCtxRelease,
-	[T_PCTX_RELEASE_V2] = (uintptr_t)w_cuDevicePrimaryCtxRelease_v2,
-	[T_POOL_DESTROY] = (uintptr_t)w_cuMemPoolDestroy,
-	[T_POOL_TRIM] = (uintptr_t)w_cuMemPoolTrimTo,
-	[T_GPA] = (uintptr_t)w_cuGetProcAddress,
-	[T_GPA_V2] = (uintptr_t)w_cuGetProcAddress_v2,
-	[T_DLSYM] = (uintptr_t)mrmgr__cuda_dlsym_stub,
-	[T_DLVSYM] = (uintptr_t)mrmgr__cuda_dlvsym_stub,
-	[T_DLCLOSE] = (uintptr_t)w_dlclose,
-};
-
-/* cuGetProcAddress is asked for base names ("cuMemFree" for
- * cuMemFree_v2 and _ptsz): does sym name a function of ours? */
-static int family(const char *sym)
-{
-	size_t l = strlen(sym);
-
-	for (int t = 0; t < T_DLSYM; t++)
-		if (!strncmp(names[t], sym, l) &&
-		    (!names[t][l] || !strcmp(names[t] + l, "_v2") ||
-		     !strcmp(names[t] + l, "_ptsz")))
-			return 1;
-	return 0;
-}
-
-static void *swap(const char *sym, void *p)
-{
-	uintptr_t v = (uintptr_t)p;
-
-	for (int t = 0; t < T_DLSYM; t++) {
-		if (v == wrapper[t])
-			return p;
-		if (real[t] && v == real[t])
-			return (void *)wrapper[t];
-	}
-	if (sym && sym[0] == 'c' && sym[1] == 'u' && family(sym) &&
-	    __atomic_load_n(&on, __ATOMIC_ACQUIRE)) {
-		char m[160];
-
-		snprintf(m, sizeof(m), "%.64s was handed out at an address "
-			 "that is not libcuda's exported function", sym);
-		stop(m);
-	}
-	return p;
-}
-
-/* ------------------------------------------------------------ state */
 
 static void say_off(void)
 {
@@ -290,7 +77,7 @@ static void say_off(void)
 }
 
 /* Following stops for good: every get validates from now on. */
-static void stop(const char *reason)
+void mrmgr__cuda_stop(const char *reason)
 {
 	int was = __atomic_exchange_n(&on, 0, __ATOMIC_ACQ_REL);
 
@@ -330,7 +117,7 @@ static int target_of(const char *n)
 	if (n[0] != 'c' && n[0] != 'd')
 		return -1;
 	for (int t = 0; t < T_COUNT; t++)
-		if (!strcmp(n, names[t]))
+		if (!strcmp(n, mrmgr__cuda_names[t]))
 			return t;
 	return -1;
 }
@@ -361,9 +148,9 @@ static void site(struct scan *s, const struct dl_phdr_info *info,
 	int lazy = ELF64_R_TYPE(r->r_info) == MRMGR__R_SLOT && holds(info, v);
 	int err;
 
-	if (!real[t] || !v || v == wrapper[t])
+	if (!mrmgr__cuda_real[t] || !v || v == mrmgr__cuda_wrapper[t])
 		return;
-	if (v != real[t] && !lazy) {
+	if (v != mrmgr__cuda_real[t] && !lazy) {
 		/* Another dlclose (a sanitizer's): no free goes through it;
 		 * only its early scan is lost (doc/device-memory.md). */
 		if (t == T_DLCLOSE)
@@ -371,14 +158,14 @@ static void site(struct scan *s, const struct dl_phdr_info *info,
 		s->err = EEXIST;
 		snprintf(s->what, sizeof(s->what), "%s of %s is bound to another "
 			 "definition (an interposer): calls through it are not "
-			 "seen", names[t], base_name(info->dlpi_name));
+			 "seen", mrmgr__cuda_names[t], base_name(info->dlpi_name));
 		return;
 	}
-	err = mrmgr__got_put(slot, wrapper[t], rl);
+	err = mrmgr__got_put(slot, mrmgr__cuda_wrapper[t], rl);
 	if (err) {
 		s->err = err;
 		snprintf(s->what, sizeof(s->what), "%s of %s: the call site "
-			 "cannot be written (%s)", names[t],
+			 "cannot be written (%s)", mrmgr__cuda_names[t],
 			 base_name(info->dlpi_name), strerror(err));
 		return;
 	}
@@ -393,7 +180,7 @@ static int redirect(struct dl_phdr_info *info, size_t sz, void *arg)
 
 	(void)sz;
 	if (!n || strstr(n, "ld-linux") || strstr(n, "linux-vdso") ||
-	    strstr(n, "linux-gate") || holds(info, real[T_FREE_V2]) ||
+	    strstr(n, "linux-gate") || holds(info, mrmgr__cuda_real[T_FREE_V2]) ||
 	    !mrmgr__got_read(info, &rl))
 		return 0;
 	for (int k = 0; k < 2; k++)
@@ -456,7 +243,7 @@ static void scan(void)
 	if (tail) {
 		for (struct link_map *lm = tail->l_next; lm; lm = lm->l_next) {
 			if (s.nfresh == MRMGR__ARRAY_SIZE(fresh)) {
-				stop("more than 64 objects were loaded at once");
+				mrmgr__cuda_stop("more than 64 objects were loaded at once");
 				return;
 			}
 			fresh[s.nfresh++] = lm->l_addr;
@@ -465,18 +252,18 @@ static void scan(void)
 	dl_iterate_phdr(redirect, &s);
 	sites += s.moved;
 	if (s.err) {
-		stop(s.what);
+		mrmgr__cuda_stop(s.what);
 		return;
 	}
 	if (watch_tail()) {
-		stop("the link map cannot be watched for new objects");
+		mrmgr__cuda_stop("the link map cannot be watched for new objects");
 		return;
 	}
 	/* A free through a call site not redirected yet went unseen: every
 	 * cache validates once. */
 	if (s.nfresh) {
-		__atomic_fetch_add(&begun, 1, __ATOMIC_ACQ_REL);
-		__atomic_fetch_add(&ended, 1, __ATOMIC_ACQ_REL);
+		__atomic_fetch_add(&mrmgr__cuda_begun, 1, __ATOMIC_ACQ_REL);
+		__atomic_fetch_add(&mrmgr__cuda_ended, 1, __ATOMIC_ACQ_REL);
 	}
 }
 
@@ -485,11 +272,11 @@ static void start_locked(void *dl, int loaded_before)
 	void *p;
 
 	if (mrmgr__cuda_follow_test_off) {
-		stop("turned off by a test hook");
+		mrmgr__cuda_stop("turned off by a test hook");
 		return;
 	}
 	if (loaded_before) {
-		stop("libcuda.so.1 was loaded before the first CUDA domain "
+		mrmgr__cuda_stop("libcuda.so.1 was loaded before the first CUDA domain "
 		     "opened: function pointers taken before (dlsym, "
 		     "cuGetProcAddress: libcudart's table) cannot be followed; "
 		     "open the domain before the first CUDA call");
@@ -497,24 +284,25 @@ static void start_locked(void *dl, int loaded_before)
 	}
 	/* Never unloaded: call sites go to wrappers that call into it. */
 	if (!dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE)) {
-		stop("libcuda.so.1 cannot be pinned");
+		mrmgr__cuda_stop("libcuda.so.1 cannot be pinned");
 		return;
 	}
 	for (int t = 0; t < T_DLSYM; t++)
-		__atomic_store_n(&real[t], (uintptr_t)dlsym(dl, names[t]),
+		__atomic_store_n(&mrmgr__cuda_real[t],
+				 (uintptr_t)dlsym(dl, mrmgr__cuda_names[t]),
 				 __ATOMIC_RELEASE);
-	if (!real[T_FREE_V2]) {
-		stop("libcuda.so.1 has no cuMemFree_v2");
+	if (!mrmgr__cuda_real[T_FREE_V2]) {
+		mrmgr__cuda_stop("libcuda.so.1 has no cuMemFree_v2");
 		return;
 	}
 	/* Before any slot is written: ours are among them. */
 	mrmgr__cuda_real_dlsym = (uintptr_t)&dlsym;
 	mrmgr__cuda_real_dlvsym = (uintptr_t)&dlvsym;
-	__atomic_store_n(&real[T_DLCLOSE], (uintptr_t)&dlclose,
+	__atomic_store_n(&mrmgr__cuda_real[T_DLCLOSE], (uintptr_t)&dlclose,
 			 __ATOMIC_RELEASE);
-	__atomic_store_n(&real[T_DLSYM], mrmgr__cuda_real_dlsym,
+	__atomic_store_n(&mrmgr__cuda_real[T_DLSYM], mrmgr__cuda_real_dlsym,
 			 __ATOMIC_RELEASE);
-	__atomic_store_n(&real[T_DLVSYM], mrmgr__cuda_real_dlvsym,
+	__atomic_store_n(&mrmgr__cuda_real[T_DLVSYM], mrmgr__cuda_real_dlvsym,
 			 __ATOMIC_RELEASE);
 	__atomic_store_n(&on, 1, __ATOMIC_RELEASE);
 	scan();
@@ -523,8 +311,8 @@ static void start_locked(void *dl, int loaded_before)
 	/* Self-test: our own call site of dlsym was redirected like every
 	 * other, so the answer must be the wrapper. */
 	p = dlsym(dl, "cuMemFree_v2");
-	if ((uintptr_t)p != wrapper[T_FREE_V2])
-		stop("self-test: dlsym() through a redirected call site did "
+	if ((uintptr_t)p != mrmgr__cuda_wrapper[T_FREE_V2])
+		mrmgr__cuda_stop("self-test: dlsym() through a redirected call site did "
 		     "not hand out the wrapper");
 }
 
@@ -565,12 +353,12 @@ void mrmgr__cuda_follow_recheck(void)
 
 const uint64_t *mrmgr__cuda_follow_begun(void)
 {
-	return &begun;
+	return &mrmgr__cuda_begun;
 }
 
 const uint64_t *mrmgr__cuda_follow_ended(void)
 {
-	return &ended;
+	return &mrmgr__cuda_ended;
 }
 
 const int *mrmgr__cuda_follow_on(void)
