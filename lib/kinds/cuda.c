@@ -5,7 +5,9 @@
  * documentation gives them (CUDA 11.7 and later for the dma-buf export).
  *
  * Where libcuda.so.1 is absent (or cuInit() fails) the domain is off,
- * and says so once in the log (mrmgr_info says it too).
+ * and says so once in the log (mrmgr_info says it too). Its free counter
+ * is moved by libcuda's own frees (cuda_follow.c), which also says, once,
+ * whether it follows them; where it does not, every get validates.
  *
  * SPDX-License-Identifier: MIT
  */
