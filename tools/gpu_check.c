@@ -297,7 +297,7 @@ static void on_log(enum mrmgr_log_level level, const char *msg, void *arg)
  * miss with no mrmgr_domain_freed(). */
 static void check_unreported_free(mrmgr_cache_t *c, CUdeviceptr a, size_t len)
 {
-	struct mrmgr_stats st = { 0 }, st2 = { 0 };
+	struct mrmgr_stats st = { .hits = 0 }, st2 = { .hits = 0 };
 	mrmgr_region_t *r;
 	CUdeviceptr b;
 	int ret;
@@ -376,7 +376,8 @@ static void check_domain(mrmgr_domain_t *dom)
 		mrmgr_domain_freed(dom);
 		if (got && cu.mem_alloc(&b, len) == 0) {
 			if (b == a) {
-				struct mrmgr_stats st = { 0 }, st0 = { 0 };
+				struct mrmgr_stats st = { .hits = 0 },
+						   st0 = { .hits = 0 };
 
 				mrmgr_cache_query_stats(c, &st0, sizeof(st0));
 				ret = mrmgr_get_device(c, b, 64,

@@ -57,7 +57,7 @@ int mrmgr__cuda_follow_test_off;
 static int on;
 static char why[256] = "not started (no CUDA domain opened)";
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static int started, said_off;
+static int started;
 /* Guards why: mrmgr__cuda_stop() may run in any thread that looks a
  * function up. */
 static pthread_mutex_t why_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -67,30 +67,22 @@ static uint64_t sites;
  * reads its l_next. */
 static struct link_map *tail;
 
-static void say_off(void)
-{
-	if (said_off++)
-		return;
-	mrmgr__info("CUDA memory domain: frees not followed (%s): every get "
-		    "validates the allocation's buffer id (slower, never "
-		    "stale)", why);
-}
-
 /* Following stops for good: every get validates from now on. */
 void mrmgr__cuda_stop(const char *reason)
 {
 	int was = __atomic_exchange_n(&on, 0, __ATOMIC_ACQ_REL);
+	int after = __atomic_load_n(&started, __ATOMIC_ACQUIRE);
 
-	if (!was && started)
+	if (!was && after)
 		return;
 	pthread_mutex_lock(&why_lock);
 	snprintf(why, sizeof(why), "%s", reason);
 	pthread_mutex_unlock(&why_lock);
 	__atomic_store_n(&tail, NULL, __ATOMIC_RELEASE);
-	if (was && started)
+	if (was && after)
 		mrmgr__warn("CUDA memory domain: frees no longer followed (%s): "
 			    "every get validates the allocation's buffer id "
-			    "from now on", why);
+			    "from now on", reason);
 }
 
 static const char *base_name(const char *p)
@@ -316,24 +308,38 @@ static void start_locked(void *dl, int loaded_before)
 		     "not hand out the wrapper");
 }
 
+/* Once, after the start: the outcome, said. A stop racing with it (a
+ * lookup in another thread) either comes first, and is said here, or
+ * after, and warns itself: `on` is read under why_lock. */
+static void say_start(void)
+{
+	char line[sizeof(why)];
+	int followed;
+
+	pthread_mutex_lock(&why_lock);
+	followed = __atomic_load_n(&on, __ATOMIC_ACQUIRE);
+	if (followed)
+		snprintf(why, sizeof(why), "followed: %llu call site(s) of "
+			 "cuMemFree*, cuMemFreeAsync*, the VMM and context "
+			 "frees, dlsym, dlvsym and cuGetProcAddress redirected",
+			 (unsigned long long)sites);
+	snprintf(line, sizeof(line), "%s", why);
+	pthread_mutex_unlock(&why_lock);
+	if (followed)
+		mrmgr__info("CUDA memory domain: frees %s", line);
+	else
+		mrmgr__info("CUDA memory domain: frees not followed (%s): every "
+			    "get validates the allocation's buffer id (slower, "
+			    "never stale)", line);
+}
+
 void mrmgr__cuda_follow_start(void *dl, int loaded_before)
 {
 	pthread_mutex_lock(&lock);
 	if (!started) {
 		start_locked(dl, loaded_before);
-		started = 1;
-		if (__atomic_load_n(&on, __ATOMIC_ACQUIRE)) {
-			pthread_mutex_lock(&why_lock);
-			snprintf(why, sizeof(why), "followed: %llu call site(s) "
-				 "of cuMemFree*, cuMemFreeAsync*, the VMM and "
-				 "context frees, dlsym, dlvsym and "
-				 "cuGetProcAddress redirected",
-				 (unsigned long long)sites);
-			pthread_mutex_unlock(&why_lock);
-			mrmgr__info("CUDA memory domain: frees %s", why);
-		} else {
-			say_off();
-		}
+		__atomic_store_n(&started, 1, __ATOMIC_RELEASE);
+		say_start();
 	}
 	pthread_mutex_unlock(&lock);
 }

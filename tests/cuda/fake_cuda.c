@@ -427,17 +427,18 @@ EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
 static void *proc(const char *s, unsigned long long flags)
 {
 	static const struct { const char *n; void *fn; } t[] = {
-		{ "cuInit", (void *)cuInit },
-		{ "cuMemAlloc", (void *)cuMemAlloc_v2 },
-		{ "cuMemFree", (void *)cuMemFree_v2 },
-		{ "cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2 },
-		{ "cuPointerGetAttribute", (void *)cuPointerGetAttribute },
-		{ "cuMemAddressReserve", (void *)cuMemAddressReserve },
-		{ "cuMemCreate", (void *)cuMemCreate },
-		{ "cuMemMap", (void *)cuMemMap },
-		{ "cuMemUnmap", (void *)cuMemUnmap },
-		{ "cuMemRelease", (void *)cuMemRelease },
-		{ "cuMemAddressFree", (void *)cuMemAddressFree },
+		{ .n = "cuInit", .fn = (void *)cuInit },
+		{ .n = "cuMemAlloc", .fn = (void *)cuMemAlloc_v2 },
+		{ .n = "cuMemFree", .fn = (void *)cuMemFree_v2 },
+		{ .n = "cuMemGetAddressRange",
+		  .fn = (void *)cuMemGetAddressRange_v2 },
+		{ .n = "cuPointerGetAttribute", .fn = (void *)cuPointerGetAttribute },
+		{ .n = "cuMemAddressReserve", .fn = (void *)cuMemAddressReserve },
+		{ .n = "cuMemCreate", .fn = (void *)cuMemCreate },
+		{ .n = "cuMemMap", .fn = (void *)cuMemMap },
+		{ .n = "cuMemUnmap", .fn = (void *)cuMemUnmap },
+		{ .n = "cuMemRelease", .fn = (void *)cuMemRelease },
+		{ .n = "cuMemAddressFree", .fn = (void *)cuMemAddressFree },
 	};
 
 	if (!strcmp(s, "cuMemFreeAsync"))
