@@ -6,9 +6,12 @@
  * domain's free counter) and one compare: only when the counter moved
  * since the cache last validated does the get take the validation lock,
  * ask the domain whether each allocation it holds still has its buffer
- * id, and invalidate the ones that changed, before it looks up. A miss
- * asks the domain for the allocation and gets all of it, so later gets
- * of any part of it hit.
+ * id, and invalidate the ones that changed, before it looks up (also
+ * while a free is under way, for a domain that counts frees begun and
+ * ended apart). A domain whose counter is not trusted (the CUDA domain
+ * where it cannot follow frees) has the allocation the get would hit
+ * validated at every get instead. A miss asks the domain for the
+ * allocation and gets all of it, so later gets of any part of it hit.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -28,6 +31,7 @@
 MRMGR_EXPORT int mrmgr_domain_create(const struct mrmgr_domain_ops *ops,
 				     void *ctx, mrmgr_domain_t **domain)
 {
+	static const int follows = 1; /* the operations' promise */
 	struct mrmgr_domain *d;
 
 	if (!ops || !domain || ops->size < sizeof(*ops) || !ops->query ||
@@ -38,8 +42,6 @@ MRMGR_EXPORT int mrmgr_domain_create(const struct mrmgr_domain_ops *ops,
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return ENOMEM;
-	static const int follows = 1; /* the operations' promise */
-
 	d->ops = *ops;
 	d->ctx = ctx;
 	d->follows = &follows;
