@@ -585,16 +585,33 @@ static void usage(FILE *f)
 		"RDMA devices (rxe-odp: rxe of Linux 6.17+, with ODP).\n");
 }
 
+/* The CUDA domain says once, at info level, whether it follows frees:
+ * kept for its line, every other line passed on to standard error. */
+static void domain_said(enum mrmgr_log_level level, const char *msg, void *arg)
+{
+	static const char head[] = "CUDA memory domain: frees ";
+	const char *p = strstr(msg, head);
+
+	if (p)
+		snprintf(arg, 256, "%s", p + sizeof(head) - 1);
+	else if (level <= MRMGR_LOG_WARN)
+		fprintf(stderr, "%s\n", msg);
+}
+
 /* The memory domains mrmgr_cache_create_device() can serve. */
 static void print_domains(int sim)
 {
+	char frees[256] = "";
 	mrmgr_domain_t *d;
 	int ret;
 
 	section("Memory domains");
+	mrmgr_set_log_handler(domain_said, frees, MRMGR_LOG_INFO);
 	ret = mrmgr_domain_open_cuda(&d);
+	mrmgr_set_log_handler(NULL, NULL, MRMGR_LOG_WARN);
 	if (!ret) {
-		printf("  cuda   present: libcuda.so.1 loaded, cuInit() done\n");
+		printf("  cuda   present: libcuda.so.1 loaded, cuInit() done; "
+		       "frees %s\n", frees[0] ? frees : "(not said)");
 		mrmgr_domain_destroy(d);
 	} else {
 		printf("  cuda   %s\n", ret == ENODEV

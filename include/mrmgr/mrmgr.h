@@ -2041,7 +2041,12 @@ MRMGR_EXPORT int mrmgr_domain_create(const struct mrmgr_domain_ops *ops,
 
 /**
  * The CUDA domain: libcuda.so.1 loaded with dlopen() (no build or link
- * dependency).
+ * dependency). It follows the driver's frees itself (cuMemFree*,
+ * cuMemFreeAsync*, the VMM frees, context and pool destructions, reached
+ * by direct calls, dlsym or cuGetProcAddress), provided it is opened
+ * before libcuda.so.1 is first loaded; where it cannot (said once in
+ * the log, at info level, with the reason), each get validates the
+ * allocation's buffer id instead. See doc/device-memory.md.
  * @param domain  receives the domain.
  * @return 0, or ENODEV where libcuda.so.1 is absent, ENXIO
  * where cuInit() fails (no device), EOPNOTSUPP where the driver lacks a
@@ -2052,7 +2057,8 @@ MRMGR_EXPORT int mrmgr_domain_open_cuda(mrmgr_domain_t **domain);
 
 /**
  * Report that memory of @p domain was freed, for a domain that cannot
- * see frees itself (the CUDA domain has no free hook yet): call it after
+ * see frees itself (one the program built over an allocator that does
+ * not count them; the CUDA domain follows its own): call it after
  * the free, before the address can be allocated again; the next get of
  * each cache of the domain then re-validates buffer ids, so a new
  * allocation at the freed address misses.

@@ -6,9 +6,12 @@
  * domain's free counter) and one compare: only when the counter moved
  * since the cache last validated does the get take the validation lock,
  * ask the domain whether each allocation it holds still has its buffer
- * id, and invalidate the ones that changed, before it looks up. A miss
- * asks the domain for the allocation and gets all of it, so later gets
- * of any part of it hit.
+ * id, and invalidate the ones that changed, before it looks up (also
+ * while a free is under way, for a domain that counts frees begun and
+ * ended apart). A domain whose counter is not trusted (the CUDA domain
+ * where it cannot follow frees) has the allocation the get would hit
+ * validated at every get instead. A miss asks the domain for the
+ * allocation and gets all of it, so later gets of any part of it hit.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -28,6 +31,7 @@
 MRMGR_EXPORT int mrmgr_domain_create(const struct mrmgr_domain_ops *ops,
 				     void *ctx, mrmgr_domain_t **domain)
 {
+	static const int follows = 1; /* the operations' promise */
 	struct mrmgr_domain *d;
 
 	if (!ops || !domain || ops->size < sizeof(*ops) || !ops->query ||
@@ -40,6 +44,7 @@ MRMGR_EXPORT int mrmgr_domain_create(const struct mrmgr_domain_ops *ops,
 		return ENOMEM;
 	d->ops = *ops;
 	d->ctx = ctx;
+	d->follows = &follows;
 	d->free_counter = ops->free_counter(ctx);
 	if (!d->free_counter) {
 		free(d);
@@ -131,9 +136,11 @@ static int revalidate(struct mrmgr_cache *c, struct mrmgr__devva_tbl *t,
 	int ret;
 
 	mrmgr__devva_lock(t, 1);
-	/* Read before the walk: a free after it moves it again. */
+	/* Read before the walk: a free after it moves it again. A free
+	 * under way (not settled) is walked for at every get until it ends. */
 	now = mrmgr__domain_frees(d);
-	if (now == __atomic_load_n(validated, __ATOMIC_RELAXED)) {
+	if (now == __atomic_load_n(validated, __ATOMIC_RELAXED) &&
+	    mrmgr__domain_settled(d)) {
 		mrmgr__devva_lock(t, 0);
 		return 0;
 	}
@@ -144,6 +151,23 @@ static int revalidate(struct mrmgr_cache *c, struct mrmgr__devva_tbl *t,
 	if (!ret)
 		__atomic_store_n(validated, now, __ATOMIC_RELEASE);
 	mrmgr__devva_lock(t, 0);
+	free(ranges);
+	return ret;
+}
+
+/* A domain whose counter is not trusted: the allocation this get would
+ * hit is checked (its buffer id) every time, as libfabric does. */
+static int validate_at(struct mrmgr_cache *c, struct mrmgr__devva_tbl *t,
+		       uint64_t va)
+{
+	uint64_t *ranges = NULL;
+	size_t n = 0;
+	int ret;
+
+	ret = mrmgr__devva_stale_at(t, va, &ranges, &n);
+	for (size_t i = 0; i < n; i++)
+		mrmgr_invalidate(c, (void *)(uintptr_t)ranges[2 * i],
+				 (size_t)ranges[2 * i + 1]);
 	free(ranges);
 	return ret;
 }
@@ -170,8 +194,16 @@ MRMGR_EXPORT int mrmgr_get_device(mrmgr_cache_t *c, uint64_t va,
 	t = c->kind_ctx;
 	d = mrmgr__devva_domain(t);
 	validated = mrmgr__devva_validated(t);
+	if (d->recheck)
+		d->recheck();
+	if (mrmgr__unlikely(!mrmgr__domain_follows(d))) {
+		ret = validate_at(c, t, va);
+		if (ret)
+			return ret;
+	}
 	if (mrmgr__unlikely(mrmgr__domain_frees(d) !=
-			    __atomic_load_n(validated, __ATOMIC_ACQUIRE))) {
+			    __atomic_load_n(validated, __ATOMIC_ACQUIRE) ||
+			    !mrmgr__domain_settled(d))) {
 		ret = revalidate(c, t, d, validated);
 		if (ret)
 			return ret;

@@ -44,18 +44,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "got.h"
 #include "log.h"
 #include "patch.h"
 
 #if MRMGR__PATCH_SUPPORTED
 
-#if defined(__x86_64__)
-#define R_SLOT R_X86_64_JUMP_SLOT
-#define R_GLOB R_X86_64_GLOB_DAT
-#else
-#define R_SLOT R_AARCH64_JUMP_SLOT
-#define R_GLOB R_AARCH64_GLOB_DAT
-#endif
+#define R_SLOT MRMGR__R_SLOT
+#define R_GLOB MRMGR__R_GLOB
 
 /* The followed calls, in enum mrmgr_monitor_call's order. */
 enum { C_MMAP, C_MMAP64, C_MUNMAP, C_MREMAP, C_MADVISE, C_POSIX_MADVISE,
@@ -318,85 +314,6 @@ static int find_defs(struct dl_phdr_info *info, size_t sz, void *arg)
 	return 0;
 }
 
-/* The relocation tables of an object. */
-struct relocs {
-	const ElfW(Rela) *r[2];
-	size_t n[2];
-	const ElfW(Sym) *sym;
-	const char *str;
-	uintptr_t relro_lo, relro_hi;
-};
-
-static uintptr_t dptr(uintptr_t base, ElfW(Addr) p)
-{
-	return p < base ? base + p : p;
-}
-
-static int read_relocs(const struct dl_phdr_info *info, struct relocs *rl)
-{
-	const ElfW(Dyn) *dyn = NULL;
-	uintptr_t b = info->dlpi_addr, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-	int rela_plt = 1;
-
-	memset(rl, 0, sizeof(*rl));
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-
-		if (ph->p_type == PT_DYNAMIC)
-			dyn = (const ElfW(Dyn) *)(b + ph->p_vaddr);
-		if (ph->p_type == PT_GNU_RELRO) {
-			rl->relro_lo = (b + ph->p_vaddr) & ~(pg - 1);
-			rl->relro_hi = (b + ph->p_vaddr + ph->p_memsz) & ~(pg - 1);
-		}
-	}
-	if (!dyn)
-		return 0;
-	for (; dyn->d_tag != DT_NULL; dyn++) {
-		switch (dyn->d_tag) {
-		case DT_JMPREL:
-			rl->r[0] = (const ElfW(Rela) *)dptr(b, dyn->d_un.d_ptr);
-			break;
-		case DT_PLTRELSZ:
-			rl->n[0] = dyn->d_un.d_val / sizeof(ElfW(Rela));
-			break;
-		case DT_PLTREL:
-			rela_plt = dyn->d_un.d_val == DT_RELA;
-			break;
-		case DT_RELA:
-			rl->r[1] = (const ElfW(Rela) *)dptr(b, dyn->d_un.d_ptr);
-			break;
-		case DT_RELASZ:
-			rl->n[1] = dyn->d_un.d_val / sizeof(ElfW(Rela));
-			break;
-		case DT_SYMTAB:
-			rl->sym = (const ElfW(Sym) *)dptr(b, dyn->d_un.d_ptr);
-			break;
-		case DT_STRTAB:
-			rl->str = (const char *)dptr(b, dyn->d_un.d_ptr);
-			break;
-		}
-	}
-	if (!rela_plt)
-		rl->n[0] = 0;
-	return rl->sym && rl->str;
-}
-
-/* Write a call site: read-only after relocation (RELRO) needs a
- * writable moment; the store itself is one aligned pointer. */
-static int put_slot(uintptr_t *slot, uintptr_t v, const struct relocs *rl)
-{
-	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)slot;
-	int ro = a >= rl->relro_lo && a < rl->relro_hi;
-	void *p = (void *)(a & ~(pg - 1));
-
-	if (ro && mprotect(p, pg, PROT_READ | PROT_WRITE))
-		return errno;
-	__atomic_store_n(slot, v, __ATOMIC_RELEASE);
-	if (ro)
-		(void)mprotect(p, pg, PROT_READ);
-	return 0;
-}
-
 static int call_of(const char *name)
 {
 	for (unsigned int c = 0; c < C_COUNT; c++)
@@ -409,10 +326,10 @@ static int call_of(const char *name)
 static int redirect(struct dl_phdr_info *info, size_t sz, void *arg)
 {
 	uint64_t *moved = arg;
-	struct relocs rl;
+	struct mrmgr__relocs rl;
 
 	(void)sz;
-	if (!nd || !foreign_code(info) || !read_relocs(info, &rl))
+	if (!nd || !foreign_code(info) || !mrmgr__got_read(info, &rl))
 		return 0;
 	for (int t = 0; t < 2; t++)
 		for (size_t i = 0; i < rl.n[t]; i++) {
@@ -446,7 +363,7 @@ static int redirect(struct dl_phdr_info *info, size_t sz, void *arg)
 			}
 			if (k < 0)
 				continue;
-			err = put_slot(slot, (uintptr_t)wrap_fn[k][c], &rl);
+			err = mrmgr__got_put(slot, (uintptr_t)wrap_fn[k][c], &rl);
 			if (err) {
 				F.err = err;
 				continue;

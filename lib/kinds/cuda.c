@@ -5,7 +5,9 @@
  * documentation gives them (CUDA 11.7 and later for the dma-buf export).
  *
  * Where libcuda.so.1 is absent (or cuInit() fails) the domain is off,
- * and says so once in the log (mrmgr_info says it too).
+ * and says so once in the log (mrmgr_info says it too). Its free counter
+ * is moved by libcuda's own frees (cuda_follow.c), which also says, once,
+ * whether it follows them; where it does not, every get validates.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -15,6 +17,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "cuda_follow.h"
 #include "devva.h"
 
 typedef int cu_result;                     /* CUresult: 0 is CUDA_SUCCESS */
@@ -31,9 +34,6 @@ struct cuda {
 	cu_result (*ptr_attr)(void *data, int attr, cu_deviceptr ptr);
 	cu_result (*get_handle)(void *handle, cu_deviceptr dptr, size_t size,
 				int type, unsigned long long flags);
-	/* Frees are not observed yet (no cuMemFree hook): the counter moves
-	 * only when the application says so (doc/device-memory.md). */
-	uint64_t frees;
 };
 
 static int cuda_query(void *ctx, uint64_t va, uint64_t *base, uint64_t *size,
@@ -76,9 +76,11 @@ static int cuda_export(void *ctx, uint64_t base, uint64_t size, int *fd)
 	return 0;
 }
 
+/* Moved by libcuda's frees where they are followed (cuda_follow.c). */
 static const uint64_t *cuda_counter(void *ctx)
 {
-	return &((struct cuda *)ctx)->frees;
+	(void)ctx;
+	return mrmgr__cuda_follow_ended();
 }
 
 static void cuda_close(void *ctx)
@@ -101,6 +103,7 @@ int mrmgr__cuda_domain_open(struct mrmgr_domain **out, const char **why)
 	};
 	struct mrmgr_domain *d;
 	struct cuda *cu;
+	void *loaded;
 
 	cu = calloc(1, sizeof(*cu));
 	d = calloc(1, sizeof(*d));
@@ -110,6 +113,10 @@ int mrmgr__cuda_domain_open(struct mrmgr_domain **out, const char **why)
 		*why = "no memory";
 		return ENOMEM;
 	}
+	/* Loaded before the first domain: pointers may have escaped. */
+	loaded = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	if (loaded)
+		dlclose(loaded);
 	cu->dl = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 	if (!cu->dl) {
 		*why = "absent: libcuda.so.1 not found";
@@ -138,9 +145,13 @@ int mrmgr__cuda_domain_open(struct mrmgr_domain **out, const char **why)
 		free(d);
 		return ENXIO;
 	}
+	mrmgr__cuda_follow_start(cu->dl, loaded != NULL);
 	d->ops = ops;
 	d->ctx = cu;
-	d->free_counter = &cu->frees;
+	d->free_counter = mrmgr__cuda_follow_ended();
+	d->begun = mrmgr__cuda_follow_begun();
+	d->follows = mrmgr__cuda_follow_on();
+	d->recheck = mrmgr__cuda_follow_recheck;
 	d->close = cuda_close;
 	*out = d;
 	return 0;

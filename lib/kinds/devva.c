@@ -91,17 +91,22 @@ static void maybe_close(struct mrmgr__devva_tbl *t, struct alloc *a)
 	free(a);
 }
 
-int mrmgr__devva_stale(struct mrmgr__devva_tbl *t, uint64_t **ranges,
-		       size_t *n)
+/* Lock held: the allocations (all, or those holding va) whose buffer id
+ * changed, marked stale, their ranges appended. */
+static int stale_walk(struct mrmgr__devva_tbl *t, int all, uint64_t va,
+		      uint64_t **ranges, size_t *n)
 {
-	const struct mrmgr_domain *d = t->dom;
+	struct mrmgr_domain *d = t->dom;
 	int ret = 0;
 
-	pthread_mutex_lock(&t->lock);
 	for (struct alloc *a = t->allocs; a; a = a->next) {
 		uint64_t *v;
 
-		if (a->stale || d->ops.valid(d->ctx, a->base, a->id))
+		if (a->stale || (!all && (va < a->base || va - a->base >= a->size)))
+			continue;
+		if (!all)
+			__atomic_fetch_add(&d->validations, 1, __ATOMIC_RELAXED);
+		if (d->ops.valid(d->ctx, a->base, a->id))
 			continue;
 		v = realloc(*ranges, (*n + 1) * 2 * sizeof(*v));
 		if (!v) {
@@ -114,6 +119,27 @@ int mrmgr__devva_stale(struct mrmgr__devva_tbl *t, uint64_t **ranges,
 		(*n)++;
 		a->stale = 1;
 	}
+	return ret;
+}
+
+int mrmgr__devva_stale(struct mrmgr__devva_tbl *t, uint64_t **ranges,
+		       size_t *n)
+{
+	int ret;
+
+	pthread_mutex_lock(&t->lock);
+	ret = stale_walk(t, 1, 0, ranges, n);
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+int mrmgr__devva_stale_at(struct mrmgr__devva_tbl *t, uint64_t va,
+			  uint64_t **ranges, size_t *n)
+{
+	int ret;
+
+	pthread_mutex_lock(&t->lock);
+	ret = stale_walk(t, 0, va, ranges, n);
 	pthread_mutex_unlock(&t->lock);
 	return ret;
 }

@@ -24,6 +24,18 @@ struct mrmgr_domain {
 	struct mrmgr_domain_ops ops;
 	void *ctx;
 	const uint64_t *free_counter;
+	/* Frees begun (CUDA: moved before the driver's free, free_counter
+	 * after it); NULL when the counter moves once per free. While the
+	 * two differ a free is under way and every get validates. */
+	const uint64_t *begun;
+	/* Run at every get before the counter is read (CUDA: has an object
+	 * been loaded since the call sites were redirected?); or NULL. */
+	void (*recheck)(void);
+	/* Nonzero when the domain's counter moves at every free (atomic):
+	 * zero, each get validates the buffer id of the allocation it
+	 * would hit (the counter is not trusted). */
+	const int *follows;
+	uint64_t validations; /* buffer ids checked by gets (atomic) */
 	uint64_t reported;   /* mrmgr_domain_freed() calls (atomic) */
 	unsigned int users;  /* caches made on it (atomic) */
 	void (*close)(void *ctx); /* NULL: the caller's ctx, not freed */
@@ -35,6 +47,18 @@ static inline uint64_t mrmgr__domain_frees(const struct mrmgr_domain *d)
 {
 	return __atomic_load_n(d->free_counter, __ATOMIC_ACQUIRE) +
 	       __atomic_load_n(&d->reported, __ATOMIC_ACQUIRE);
+}
+
+/* No free under way (the domain's begun and ended counts agree). */
+static inline int mrmgr__domain_settled(const struct mrmgr_domain *d)
+{
+	return !d->begun || __atomic_load_n(d->begun, __ATOMIC_ACQUIRE) ==
+			    __atomic_load_n(d->free_counter, __ATOMIC_ACQUIRE);
+}
+
+static inline int mrmgr__domain_follows(const struct mrmgr_domain *d)
+{
+	return __atomic_load_n(d->follows, __ATOMIC_ACQUIRE);
 }
 
 /* Set by mrmgr_get_device() around its mrmgr_get(): the kind's
@@ -55,6 +79,14 @@ int mrmgr__devva_tbl_new(struct mrmgr_domain *d, struct mrmgr__devva_tbl **t);
  */
 int mrmgr__devva_stale(struct mrmgr__devva_tbl *t, uint64_t **ranges,
 		       size_t *n);
+
+/*
+ * The allocations holding va whose buffer id changed, for a domain whose
+ * counter is not trusted: as mrmgr__devva_stale() for those only, each
+ * check counted in the domain's validations. 0 or ENOMEM.
+ */
+int mrmgr__devva_stale_at(struct mrmgr__devva_tbl *t, uint64_t va,
+			  uint64_t **ranges, size_t *n);
 
 /* Descriptors the table holds now (tests, mrmgr_info). */
 uint64_t mrmgr__devva_fds(struct mrmgr__devva_tbl *t);
