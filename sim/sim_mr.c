@@ -334,12 +334,14 @@ static void mr_put(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m)
  * Reserve what a registration takes: the fault check, the MR count, the
  * memlock budget, the object and its slot (keys). The kernel charges
  * pinned_vm before pinning, so over budget is ENOMEM even for memory
- * that would also fault. Lock held; on failure nothing is taken and
- * the failure is counted.
+ * that would also fault. Lock held. The MR, or NULL with the error in
+ * *err: then nothing is taken and the failure is counted.
  */
-static int reg_reserve(struct mrmgr__sim_ctx *s, struct mrmgr__sim_pd *spd,
-		       void *addr, size_t length, unsigned int access,
-		       uint64_t span, uint64_t bytes, struct mrmgr__sim_mr **out)
+static struct mrmgr__sim_mr *reg_reserve(struct mrmgr__sim_ctx *s,
+					  struct mrmgr__sim_pd *spd, void *addr,
+					  size_t length, unsigned int access,
+					  uint64_t span, uint64_t bytes,
+					  int *err)
 {
 	struct mrmgr__sim_mr *m = NULL;
 	int ret;
@@ -363,18 +365,18 @@ static int reg_reserve(struct mrmgr__sim_ctx *s, struct mrmgr__sim_pd *spd,
 		if (ret)
 			mr_put(s, m);
 	}
+	*err = ret;
 	if (ret) {
 		s->stats.reg_failures++;
 		mrmgr__dbg("sim_reg_mr: %s", strerror(ret));
-		return ret;
+		return NULL;
 	}
 	s->mrs++;
 	spd->mrs++;
 	s->stats.pinned_bytes += bytes;
 	if (s->stats.pinned_bytes > s->stats.peak_pinned_bytes)
 		s->stats.peak_pinned_bytes = s->stats.pinned_bytes;
-	*out = m;
-	return 0;
+	return m;
 }
 
 /* Give back what reg_reserve() took, for a registration that failed
@@ -459,8 +461,11 @@ MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
 		mapped = map_check(span, bytes);
 
 	pthread_mutex_lock(&s->lock);
-	ret = reg_reserve(s, spd, addr, length, access, span, bytes, &m);
-	if (ret) {
+	/* The MR, or NULL and the error: one value the compiler can follow
+	 * (an MR returned through a pointer beside the error read as maybe
+	 * uninitialized below under -fsanitize=thread). */
+	m = reg_reserve(s, spd, addr, length, access, span, bytes, &ret);
+	if (!m) {
 		pthread_mutex_unlock(&s->lock);
 		return ret;
 	}

@@ -164,15 +164,17 @@ static inline int args_ok(uintptr_t a, size_t length, unsigned int access,
 }
 
 /* The body of mrmgr_get() and mrmgr_get_ex(); pd: the PD asked for (NULL:
- * the cache's first). Inlined in both: a miss walks enough frames. */
+ * the cache's first). Inlined in both: a miss walks enough frames.
+ * miss_seq: even when the caller's own lock-free lookup of this request
+ * was sure, at that sequence count, that nothing answers it (fast_hit());
+ * odd when none was. */
 static inline __attribute__((always_inline)) int
 get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr, size_t length,
-    unsigned int access, struct mrmgr_region **region)
+    unsigned int access, struct mrmgr_region **region, uint64_t miss_seq)
 {
 	uint64_t start, last;
 	unsigned int slot;
 	struct mrmgr_region *r;
-	uint64_t miss_seq = 1; /* odd: no lock-free lookup was sure */
 	uint64_t page_mask;
 	int ret;
 
@@ -206,7 +208,9 @@ get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr, size_t length,
 			   (void *)pd);
 		return EINVAL;
 	}
-	if (mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
+	/* A lookup already sure of its miss is not made twice. */
+	if ((miss_seq & 1) &&
+	    mrmgr__likely(!(c->flags & MRMGR_CACHE_DISABLE)) &&
 	    mrmgr__likely(mrmgr__mon_quiet(&c->mon_seen))) {
 		r = try_hit(c, start, last, access, slot, &miss_seq);
 		if (r)
@@ -288,6 +292,9 @@ static int get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
 	}
 }
 
+/* fast_hit()'s hint (get_slow()): a sure miss, not a region to undo. */
+#define HINT_MISS 1u
+
 /*
  * The hit path of mrmgr_get(), inline and in one try: the index, then a
  * reference on the thread's own word. NULL: get() does it all properly
@@ -299,7 +306,7 @@ static int get_pd_locked(struct mrmgr_cache *c, struct ibv_pd *pd,
  */
 static inline __attribute__((always_inline)) struct mrmgr_region *
 fast_hit(struct mrmgr_cache *c, uintptr_t a, size_t length,
-	 unsigned int access, struct mrmgr_region **undo)
+	 unsigned int access, uint64_t *hint)
 {
 	uint64_t seq = __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE);
 	const struct mrmgr__lk_table *t =
@@ -334,8 +341,18 @@ fast_hit(struct mrmgr_cache *c, uintptr_t a, size_t length,
 		return NULL;
 	r = mrmgr__lookup_fast(t, a, a >> c->page_shift, end >> c->page_shift,
 			       (access | access >> 15) & MRMGR__LK_TAG_ACCESS);
-	if (mrmgr__unlikely(!r))
+	if (mrmgr__unlikely((uintptr_t)r <= (uintptr_t)MRMGR__LK_UNSURE)) {
+		/* A true miss, as try_hit() would find it: then get() does
+		 * not look again (a miss probed the index twice). The same
+		 * lookup, so the same checks before it (get() makes them
+		 * too); the count validates it as it does a hit. */
+		if (!r && mrmgr__lookup_fast_whole(t)) {
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (__atomic_load_n(&c->seq, __ATOMIC_RELAXED) == seq)
+				*hint = seq | HINT_MISS;
+		}
 		return NULL;
+	}
 	words = mrmgr__tls_words;
 	if (mrmgr__unlikely(!words))
 		return NULL; /* the thread's first get: the slow path */
@@ -345,22 +362,31 @@ fast_hit(struct mrmgr_cache *c, uintptr_t a, size_t length,
 	if (mrmgr__likely(mrmgr__hit_ref(c, r, words, seq, &dead)))
 		return r;
 	if (dead)
-		*undo = r;
+		*hint = (uint64_t)(uintptr_t)r;
 	return NULL;
 }
 
-/* mrmgr_get() when the inline hit path did not answer. */
+/*
+ * mrmgr_get() when the inline hit path did not answer; hint: what it
+ * learnt (fast_hit()), 0 or a region whose reference it must undo (a
+ * region is 128-byte aligned) or, with HINT_MISS, the (even) sequence
+ * count at which the index was sure of a miss. One word: a seventh
+ * argument would go on the stack, and the hit path would pay a frame.
+ */
 static __attribute__((noinline)) int get_slow(struct mrmgr_cache *c,
 					      void *addr, size_t length,
 					      unsigned int access,
 					      mrmgr_region_t **region,
-					      struct mrmgr_region *undo)
+					      uint64_t hint)
 {
+	uint64_t miss_seq = 1;
 	int ret;
 
-	if (undo)
-		mrmgr__cache_put_slow(c, undo);
-	ret = get(c, NULL, addr, length, access, region);
+	if (hint & HINT_MISS)
+		miss_seq = hint & ~(uint64_t)HINT_MISS;
+	else if (hint)
+		mrmgr__cache_put_slow(c, (struct mrmgr_region *)(uintptr_t)hint);
+	ret = get(c, NULL, addr, length, access, region, miss_seq);
 	if (mrmgr__unlikely(!ret && (c->flags & MRMGR__CACHE_AFTER_GET)))
 		mrmgr__ext_after_get(c, *region, addr, length, access, 0);
 	return ret;
@@ -369,18 +395,18 @@ static __attribute__((noinline)) int get_slow(struct mrmgr_cache *c,
 MRMGR_EXPORT int mrmgr_get(mrmgr_cache_t *c, void *addr, size_t length,
 			   unsigned int access, mrmgr_region_t **region)
 {
-	struct mrmgr_region *undo = NULL;
+	uint64_t hint = 0;
 
 	if (mrmgr__likely(c != NULL && region != NULL)) {
 		struct mrmgr_region *r = fast_hit(c, (uintptr_t)addr, length,
-						  access, &undo);
+						  access, &hint);
 
 		if (mrmgr__likely(r != NULL)) {
 			*region = r;
 			return 0;
 		}
 	}
-	return get_slow(c, addr, length, access, region, undo);
+	return get_slow(c, addr, length, access, region, hint);
 }
 
 MRMGR_EXPORT int mrmgr_get_ex(mrmgr_cache_t *c, void *addr, size_t length,
@@ -416,7 +442,7 @@ MRMGR_EXPORT int mrmgr_get_ex(mrmgr_cache_t *c, void *addr, size_t length,
 			   (unsigned long long)flags);
 		return EINVAL;
 	}
-	ret = get(c, pd, addr, length, access, region);
+	ret = get(c, pd, addr, length, access, region, 1);
 	/* No flag: as mrmgr_get() (a get for another PD should cost what a
 	 * plain one does). */
 	if (!ret && (flags || (c->flags & MRMGR__CACHE_AFTER_GET)))

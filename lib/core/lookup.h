@@ -141,11 +141,16 @@ mrmgr__lookup_find(const struct mrmgr__lk_table *t, uint64_t start,
 }
 
 /*
- * mrmgr__lookup_find() for the inline hit path: the same answer or NULL,
- * probing at most MRMGR__LK_FAST_PROBES slots per level (a chain at most
- * 3/8 full is rarely longer); NULL sends the caller to the full lookup.
+ * mrmgr__lookup_find() for the inline hit path: the same answer or not
+ * one, probing at most MRMGR__LK_FAST_PROBES slots of the lowest level in
+ * use (a chain at most 3/8 full is rarely longer). NULL: that level's
+ * chain ended without a match, which is lookup_find()'s answer too when
+ * it is the only level (a miss then need not be looked up again);
+ * MRMGR__LK_UNSURE: the probes ran out. Either sends the caller to the
+ * full lookup.
  */
 #define MRMGR__LK_FAST_PROBES 4
+#define MRMGR__LK_UNSURE ((struct mrmgr_region *)(uintptr_t)1)
 static inline struct mrmgr_region *
 mrmgr__lookup_fast(const struct mrmgr__lk_table *t, uint64_t start,
 		   uint64_t first, uint64_t last, uint64_t need)
@@ -161,7 +166,7 @@ mrmgr__lookup_fast(const struct mrmgr__lk_table *t, uint64_t start,
 		uint64_t sp = range >> MRMGR__LK_LEN_BITS;
 
 		if (!rp)
-			break;
+			return NULL;
 		if (sp <= first &&
 		    last - sp <= (range & MRMGR__LK_LEN_MASK) &&
 		    (rp & need) == need) {
@@ -171,7 +176,19 @@ mrmgr__lookup_fast(const struct mrmgr__lk_table *t, uint64_t start,
 			return (struct mrmgr_region *)(uintptr_t)rp;
 		}
 	}
-	return NULL;
+	return MRMGR__LK_UNSURE;
+}
+
+/*
+ * After mrmgr__lookup_fast() answered NULL: whether that is the whole
+ * index's answer (one level in use, every region indexed). Unvalidated,
+ * like the lookup: the caller checks the sequence count after it.
+ */
+static inline int mrmgr__lookup_fast_whole(const struct mrmgr__lk_table *t)
+{
+	uint64_t levels = MRMGR__READ_ONCE(t->levels);
+
+	return !(levels & (levels - 1)) && !MRMGR__READ_ONCE(t->partial);
 }
 
 struct mrmgr_cache;

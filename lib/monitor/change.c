@@ -49,6 +49,33 @@
  *  so a push that skips it precedes the pinning, which then saw the
  *  change done (end) or its slot (begin; the slot is claimed first).
  *
+ * Where the order comes from. The argument above reads "seq_cst" of
+ * every access; the accesses themselves are seq_cst but for one fence
+ * each side, so that a miss pays one fence, not two:
+ *  - K: a seq_cst fence first (mrmgr__mon_change_in_flight()), then
+ *    seq_cst loads. It is the window's one fence, and the one the
+ *    argument cannot do without: the pinning between W and K is the
+ *    kernel's or the device's work, not an atomic of ours, and only a
+ *    fence keeps K's loads after it (a store-load order: on x86 a load
+ *    may pass earlier stores).
+ *  - W: each filter bit is set by a seq_cst read-modify-write or found
+ *    set by a seq_cst load (mrmgr__mon_filter_watch(); bits are never
+ *    cleared), and T0 is a seq_cst load. No fence: the store-load
+ *    pattern W has with a change's begin -- X sets the bit and then
+ *    loads busy and the slots at K; C claims busy and a slot, then
+ *    fences and loads the bit (mrmgr__mon_push_filtered()) -- is closed
+ *    by K's fence and C's: if C's load misses the bit, C's fence is
+ *    coherence-ordered before X's seq_cst access to that bit, so C's
+ *    claim precedes K's fence and loads in S and K sees busy raised (or
+ *    the slot, or its free, which comes after P2). The pinning against
+ *    U is ordered by the kernel (both take the mm's lock): if the
+ *    pinning came first, W happens before U and before any filter load
+ *    after U, which then sees the bit (bits are never cleared). T0
+ *    counting a push P means P, a seq_cst read-modify-write,
+ *    synchronizes with it: what preceded P (U) happens before the
+ *    pinning. mrmgr__mon_filter_add() keeps a fence of its own for its
+ *    other callers.
+ *
  * Slots: a fixed array claimed with compare-and-swap; when all are busy
  * (more concurrent changes than slots), a counter of changes without a
  * slot makes every commit in the meantime refuse to cache: conservative,

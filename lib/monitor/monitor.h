@@ -89,6 +89,9 @@ extern uint64_t mrmgr__mon_change_count;
  * not drop events for it. Call before registering the range.
  */
 void mrmgr__mon_filter_add(uint64_t start, uint64_t last);
+/* The same for a watch, with no fence of its own: for
+ * mrmgr__watch_begin() only, whose commit's fence orders it (change.c). */
+void mrmgr__mon_filter_watch(uint64_t start, uint64_t last);
 /* What filter_add(start, last) made the filter hold, at least: [*lo, *hi]
  * (whole chunks). A change outside it may never be reported. */
 void mrmgr__mon_filter_span(uint64_t start, uint64_t last, uint64_t *lo,

@@ -555,8 +555,9 @@ int mrmgr__watch_begin(struct mrmgr__mon_cache *m, uint64_t start,
 	tx->start = start;
 	tx->last = last;
 	/* Before anything pins the range, so notifications reach us; then
-	 * the window opens (change.c has the argument). */
-	mrmgr__mon_filter_add(start, last);
+	 * the window opens (change.c has the argument: no fence here, the
+	 * commit's is the window's one). */
+	mrmgr__mon_filter_watch(start, last);
 	tx->from = __atomic_load_n(&mrmgr__mon_word, __ATOMIC_SEQ_CST) >> 1;
 	if (mm->promised) {
 		tx->kind = TX_TRUSTED;
