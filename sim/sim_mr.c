@@ -424,7 +424,7 @@ MRMGR_EXPORT int mrmgr_sim_reg_mr(struct ibv_pd *pd, void *addr,
 {
 	struct mrmgr__sim_pd *spd;
 	struct mrmgr__sim_ctx *s;
-	struct mrmgr__sim_mr *m = NULL; /* gcc -O1 (tsan) cannot see reg_reserve() set it */
+	struct mrmgr__sim_mr *m;
 	uint64_t span, bytes, ns;
 	int ret, unverified = 0, mapped = 0, quick;
 
