@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include "compiler.h"
@@ -183,6 +184,58 @@ static struct mrmgr__sim_ctx *registry_find(const struct ibv_context *ctx)
 			return s;
 	}
 	return NULL;
+}
+
+/*
+ * fork(): a child may use its parent's devices (doc/sharing.md), so no
+ * device lock may be copied held by a thread that does not exist there
+ * (a registration in another thread at the fork left the child waiting
+ * forever). prepare holds every device's lock and the registry's across
+ * the fork. mrmgr_sim_close() takes a device's lock and then the
+ * registry's, so prepare takes the registry's first and only tries the
+ * devices', starting over when one is busy. Registered at load, before
+ * any cache's handler, so it runs after libmrmgr's prepare: the library
+ * may call a device with a cache lock held, never the other way round.
+ */
+static void fork_unlock_devices(struct registry *r, size_t n)
+{
+	while (n-- > 0)
+		if (r->slot[n])
+			pthread_mutex_unlock(&r->slot[n]->lock);
+}
+
+static void fork_prepare(void)
+{
+	for (;;) {
+		struct registry *r;
+		size_t i;
+
+		pthread_mutex_lock(&registry_lock);
+		r = registry;
+		for (i = 0; r && i < registry_hi; i++)
+			if (r->slot[i] &&
+			    pthread_mutex_trylock(&r->slot[i]->lock))
+				break;
+		if (!r || i == registry_hi)
+			return;
+		fork_unlock_devices(r, i);
+		pthread_mutex_unlock(&registry_lock);
+		sched_yield();
+	}
+}
+
+static void fork_release(void)
+{
+	if (registry)
+		fork_unlock_devices(registry, registry_hi);
+	pthread_mutex_unlock(&registry_lock);
+}
+
+__attribute__((constructor)) static void fork_handlers(void)
+{
+	if (pthread_atfork(fork_prepare, fork_release, fork_release))
+		mrmgr__warn("sim: pthread_atfork failed: a fork while another "
+			    "thread uses a device can leave the child waiting");
 }
 
 int mrmgr__sim_is_context(const struct ibv_context *ctx)
