@@ -47,6 +47,23 @@ static struct mrmgr_cache *next_of(const struct mrmgr_cache *c)
 	return m ? mrmgr__container_of(m, struct mrmgr_cache, mon) : NULL;
 }
 
+/* Whether c's regions do not survive a fork in the parent. */
+static int purged_at_fork(const struct mrmgr_cache *c)
+{
+	return c->mon.fork_status == -1 ||
+	       c->mon.fork_status == (int)IBV_FORK_DISABLED;
+}
+
+/*
+ * A cache whose regions do not survive is purged twice, both times with
+ * its lock held from prepare to the handler after the fork, so no region
+ * of pages the fork shares is ever found again: before the fork, so no
+ * region is live when the pages become shared (a hit takes no lock: one
+ * purge after the fork alone left a window where a hit found a region
+ * whose pages the parent's next store moves); after it, before the lock
+ * is let go, so a registration that ran unlocked across the fork is
+ * dropped (inflight.c) before it can be installed.
+ */
 static void prepare(void)
 {
 	pthread_mutex_lock(&list_lock);
@@ -55,6 +72,8 @@ static void prepare(void)
 		if (c->mon.fork_status >= 0)
 			c->mon.fork_status = mrmgr__verbs_fork_status();
 		pthread_mutex_lock(&c->lock);
+		if (purged_at_fork(c))
+			mrmgr__core_invalidate_locked(c, 0, UINT64_MAX);
 	}
 	pthread_mutex_lock(&mrmgr__mon_lock);
 }
@@ -68,14 +87,13 @@ static void unlock_all(void)
 
 static void parent(void)
 {
-	unlock_all();
+	/* The monitor's lock first: a purge may need it (watch.c). */
+	pthread_mutex_unlock(&mrmgr__mon_lock);
 	for (struct mrmgr_cache *c = caches; c; c = next_of(c)) {
-		if (c->mon.fork_status != -1 &&
-		    c->mon.fork_status != (int)IBV_FORK_DISABLED)
-			continue;
-		pthread_mutex_lock(&c->lock);
-		mrmgr__core_invalidate_locked(c, 0, UINT64_MAX);
-		c->mon.fork_purges++;
+		if (purged_at_fork(c)) {
+			mrmgr__core_invalidate_locked(c, 0, UINT64_MAX);
+			c->mon.fork_purges++;
+		}
 		pthread_mutex_unlock(&c->lock);
 	}
 	pthread_mutex_unlock(&list_lock);
