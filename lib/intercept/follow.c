@@ -219,16 +219,7 @@ static unsigned long long ok_adds = ~0ull, ok_subs = ~0ull;
  */
 static int is_self(const struct dl_phdr_info *info)
 {
-	uintptr_t me = (uintptr_t)is_self;
-
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-
-		if (ph->p_type == PT_LOAD && me >= a && me < a + ph->p_memsz)
-			return 1;
-	}
-	return 0;
+	return mrmgr__got_holds(info, (uintptr_t)is_self);
 }
 
 static int foreign_code(const struct dl_phdr_info *info)

@@ -13,16 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "got.h"
 #include "patch.h"
 
 #if MRMGR__PATCH_SUPPORTED
 
-
-static uintptr_t dyn_ptr(uintptr_t base, ElfW(Addr) p)
-{
-	/* ld.so relocates these in place on most targets, not on all. */
-	return p < base ? base + p : p;
-}
 
 static size_t gnu_hash_count(const uint32_t *gh)
 {
@@ -70,14 +65,14 @@ int mrmgr__patch_find_image(struct dl_phdr_info *info, size_t sz, void *arg)
 	im->text_hi = hi;
 	for (; dyn->d_tag != DT_NULL; dyn++) {
 		if (dyn->d_tag == DT_SYMTAB)
-			im->sym = (const ElfW(Sym) *)dyn_ptr(im->base, dyn->d_un.d_ptr);
+			im->sym = (const ElfW(Sym) *)mrmgr__dyn_ptr(im->base, dyn->d_un.d_ptr);
 		else if (dyn->d_tag == DT_STRTAB)
-			im->str = (const char *)dyn_ptr(im->base, dyn->d_un.d_ptr);
+			im->str = (const char *)mrmgr__dyn_ptr(im->base, dyn->d_un.d_ptr);
 		else if (dyn->d_tag == DT_GNU_HASH)
 			im->nsym = gnu_hash_count(
-				(const uint32_t *)dyn_ptr(im->base, dyn->d_un.d_ptr));
+				(const uint32_t *)mrmgr__dyn_ptr(im->base, dyn->d_un.d_ptr));
 		else if (dyn->d_tag == DT_HASH && !im->nsym)
-			im->nsym = ((const uint32_t *)dyn_ptr(im->base,
+			im->nsym = ((const uint32_t *)mrmgr__dyn_ptr(im->base,
 							      dyn->d_un.d_ptr))[1];
 	}
 	im->found = im->sym && im->str && im->nsym;
@@ -99,14 +94,14 @@ int mrmgr__patch_object_syms(const struct dl_phdr_info *info,
 	im->base = info->dlpi_addr;
 	for (; dyn->d_tag != DT_NULL; dyn++) {
 		if (dyn->d_tag == DT_SYMTAB)
-			im->sym = (const ElfW(Sym) *)dyn_ptr(im->base, dyn->d_un.d_ptr);
+			im->sym = (const ElfW(Sym) *)mrmgr__dyn_ptr(im->base, dyn->d_un.d_ptr);
 		else if (dyn->d_tag == DT_STRTAB)
-			im->str = (const char *)dyn_ptr(im->base, dyn->d_un.d_ptr);
+			im->str = (const char *)mrmgr__dyn_ptr(im->base, dyn->d_un.d_ptr);
 		else if (dyn->d_tag == DT_GNU_HASH)
 			im->nsym = gnu_hash_count(
-				(const uint32_t *)dyn_ptr(im->base, dyn->d_un.d_ptr));
+				(const uint32_t *)mrmgr__dyn_ptr(im->base, dyn->d_un.d_ptr));
 		else if (dyn->d_tag == DT_HASH && !im->nsym)
-			im->nsym = ((const uint32_t *)dyn_ptr(im->base,
+			im->nsym = ((const uint32_t *)mrmgr__dyn_ptr(im->base,
 							      dyn->d_un.d_ptr))[1];
 	}
 	im->found = im->sym && im->str && im->nsym;

@@ -92,18 +92,6 @@ static const char *base_name(const char *p)
 	return s ? s + 1 : p && *p ? p : "the program";
 }
 
-static int holds(const struct dl_phdr_info *info, uintptr_t a)
-{
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-
-		if (ph->p_type == PT_LOAD && a >= lo && a < lo + ph->p_memsz)
-			return 1;
-	}
-	return 0;
-}
-
 static int target_of(const char *n)
 {
 	if (n[0] != 'c' && n[0] != 'd')
@@ -137,7 +125,7 @@ static void site(struct scan *s, const struct dl_phdr_info *info,
 {
 	uintptr_t *slot = (uintptr_t *)(info->dlpi_addr + r->r_offset);
 	uintptr_t v = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-	int lazy = ELF64_R_TYPE(r->r_info) == MRMGR__R_SLOT && holds(info, v);
+	int lazy = ELF64_R_TYPE(r->r_info) == MRMGR__R_SLOT && mrmgr__got_holds(info, v);
 	int err;
 
 	if (!mrmgr__cuda_real[t] || !v || v == mrmgr__cuda_wrapper[t])
@@ -172,7 +160,7 @@ static int redirect(struct dl_phdr_info *info, size_t sz, void *arg)
 
 	(void)sz;
 	if (!n || strstr(n, "ld-linux") || strstr(n, "linux-vdso") ||
-	    strstr(n, "linux-gate") || holds(info, mrmgr__cuda_real[T_FREE_V2]) ||
+	    strstr(n, "linux-gate") || mrmgr__got_holds(info, mrmgr__cuda_real[T_FREE_V2]) ||
 	    !mrmgr__got_read(info, &rl))
 		return 0;
 	for (int k = 0; k < 2; k++)

@@ -13,9 +13,16 @@
 
 #include "got.h"
 
-static uintptr_t dptr(uintptr_t base, ElfW(Addr) p)
+int mrmgr__got_holds(const struct dl_phdr_info *info, uintptr_t a)
 {
-	return p < base ? base + p : p;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+
+		if (ph->p_type == PT_LOAD && a >= lo && a < lo + ph->p_memsz)
+			return 1;
+	}
+	return 0;
 }
 
 int mrmgr__got_read(const struct dl_phdr_info *info, struct mrmgr__relocs *rl)
@@ -40,7 +47,7 @@ int mrmgr__got_read(const struct dl_phdr_info *info, struct mrmgr__relocs *rl)
 	for (; dyn->d_tag != DT_NULL; dyn++) {
 		switch (dyn->d_tag) {
 		case DT_JMPREL:
-			rl->r[0] = (const ElfW(Rela) *)dptr(b, dyn->d_un.d_ptr);
+			rl->r[0] = (const ElfW(Rela) *)mrmgr__dyn_ptr(b, dyn->d_un.d_ptr);
 			break;
 		case DT_PLTRELSZ:
 			rl->n[0] = dyn->d_un.d_val / sizeof(ElfW(Rela));
@@ -49,16 +56,16 @@ int mrmgr__got_read(const struct dl_phdr_info *info, struct mrmgr__relocs *rl)
 			rela_plt = dyn->d_un.d_val == DT_RELA;
 			break;
 		case DT_RELA:
-			rl->r[1] = (const ElfW(Rela) *)dptr(b, dyn->d_un.d_ptr);
+			rl->r[1] = (const ElfW(Rela) *)mrmgr__dyn_ptr(b, dyn->d_un.d_ptr);
 			break;
 		case DT_RELASZ:
 			rl->n[1] = dyn->d_un.d_val / sizeof(ElfW(Rela));
 			break;
 		case DT_SYMTAB:
-			rl->sym = (const ElfW(Sym) *)dptr(b, dyn->d_un.d_ptr);
+			rl->sym = (const ElfW(Sym) *)mrmgr__dyn_ptr(b, dyn->d_un.d_ptr);
 			break;
 		case DT_STRTAB:
-			rl->str = (const char *)dptr(b, dyn->d_un.d_ptr);
+			rl->str = (const char *)mrmgr__dyn_ptr(b, dyn->d_un.d_ptr);
 			break;
 		}
 	}

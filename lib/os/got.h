@@ -31,6 +31,16 @@ struct mrmgr__relocs {
 	uintptr_t relro_lo, relro_hi;
 };
 
+/* A dynamic-section address: ld.so relocates them in place on most
+ * targets, not on all. */
+static inline uintptr_t mrmgr__dyn_ptr(uintptr_t base, ElfW(Addr) p)
+{
+	return p < base ? base + p : p;
+}
+
+/* Whether one of info's loaded segments holds address a. */
+int mrmgr__got_holds(const struct dl_phdr_info *info, uintptr_t a);
+
 /* Read info's dynamic section into *rl: 1 when it has a symbol table. */
 int mrmgr__got_read(const struct dl_phdr_info *info, struct mrmgr__relocs *rl);
 
