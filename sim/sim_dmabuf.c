@@ -87,14 +87,15 @@ int mrmgr__sim_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset,
 }
 
 /* Every deregistration of the sim: a dma-buf MR's mapping goes with it,
- * after the MR (never while the device may still reach it). */
+ * after the MR (never while the device may still reach it). The mapping
+ * leaves the list before the MR is deregistered: once it is, the MR's
+ * memory may come back as another thread's new MR, whose mapping a
+ * look-up by pointer afterwards would find (and unmap) instead. */
 int mrmgr__sim_dereg_any(struct ibv_mr *mr)
 {
 	struct dmabuf_map **pp, *m = NULL;
-	int ret = mrmgr_sim_dereg_mr(mr);
+	int ret;
 
-	if (ret)
-		return ret;
 	pthread_mutex_lock(&maps_lock);
 	for (pp = &maps; *pp; pp = &(*pp)->next) {
 		if ((*pp)->mr == mr) {
@@ -104,6 +105,16 @@ int mrmgr__sim_dereg_any(struct ibv_mr *mr)
 		}
 	}
 	pthread_mutex_unlock(&maps_lock);
+	ret = mrmgr_sim_dereg_mr(mr);
+	if (ret) {
+		if (m) { /* still registered: its mapping stays listed */
+			pthread_mutex_lock(&maps_lock);
+			m->next = maps;
+			maps = m;
+			pthread_mutex_unlock(&maps_lock);
+		}
+		return ret;
+	}
 	if (m) {
 		munmap(m->map, m->len);
 		free(m);
