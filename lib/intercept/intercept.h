@@ -74,10 +74,14 @@ uint32_t mrmgr__patch_overwrites(void);
 int mrmgr__follow_check(void);
 /*
  * No lock held: 1 when mrmgr__follow_check() would answer 0 with nothing
- * to rescan (no object loaded or unloaded since a check that answered 0:
- * the same one dl_iterate_phdr(), no lock of ours); 0: call it, locked.
+ * to rescan (no object loaded since a check that answered 0: the last
+ * object of the loader's list then is still the last, or, once one was
+ * loaded after it, the loader's counters are those of that check: one
+ * dl_iterate_phdr(), no lock of ours); 0: call it, locked.
  */
 int mrmgr__follow_quiet(void);
+/* Tests: 1 while mrmgr__follow_quiet() reads the last object's l_next. */
+int mrmgr__follow_by_tail(void);
 void mrmgr__follow_info(struct mrmgr_monitor_info *m);
 /* Tests: following fails (EPERM) wherever there is something to follow. */
 extern int mrmgr__follow_test_fail;

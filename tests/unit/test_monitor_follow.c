@@ -374,6 +374,38 @@ Test(follow, library_loaded_later)
 	fx_close(&f);
 }
 
+/* A miss asks whether an object was loaded since the last check with no
+ * loader call (the last object's l_next, pinned at the first check:
+ * follow.c, "The quiet check"); once one was, it asks the loader's
+ * counters again. Either way, quiet means nothing was loaded. */
+Test(follow, quiet_until_an_object_is_loaded)
+{
+	struct fixture f;
+	char *p;
+	mrmgr_region_t *r;
+	void *h;
+
+	open_auto(&f);
+	p = map_anon(LEN);
+	cr_assert_eq(mrmgr_get(f.cache, p, LEN, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert(mrmgr__follow_quiet());
+	cr_assert(mrmgr__follow_by_tail(),
+		  "the last object is pinned and watched");
+	h = dlopen("libforeign_late.so", RTLD_NOW | RTLD_LOCAL);
+	cr_assert_not_null(h, "%s", dlerror());
+	cr_assert_not(mrmgr__follow_quiet(), "an object was loaded: not quiet");
+	cr_assert(mrmgr__follow_by_tail(), "nothing checked since");
+	/* The next miss's check rescans; the counters from then on. */
+	cr_assert_eq(mrmgr_get(f.cache, p + LEN / 2, LEN / 2, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert(strstr(minfo(f.cache).foreign_object, "libforeign") != NULL);
+	cr_assert(mrmgr__follow_quiet());
+	cr_assert_not(mrmgr__follow_by_tail());
+	munmap(p, LEN);
+	fx_close(&f);
+}
+
 /* Where following fails, the patched libc no longer vouches: the default
  * mode takes userfaultfd (the kernel's view), or caches nothing. */
 Test(follow, not_followed_is_never_cached_blind)
