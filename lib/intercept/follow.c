@@ -447,6 +447,7 @@ static int snap(struct dl_phdr_info *info, size_t sz, void *arg)
 /* The first check: pin the last object (the quiet check, above). */
 static void pin_last(void)
 {
+#ifdef __GLIBC__ /* dladdr1(); elsewhere the counters, always */
 	struct snapshot s;
 	struct link_map *lm = NULL;
 	Dl_info di;
@@ -455,7 +456,9 @@ static void pin_last(void)
 	if (!dladdr1((void *)(uintptr_t)pin_last, &di, (void **)&self_map,
 		     RTLD_DL_LINKMAP) || !self_map)
 		return;
-	memset(&s, 0, sizeof(s));
+	s.pinned_last = 0;
+	s.last = NULL;
+	s.name[0] = 0;
 	dl_iterate_phdr(snap, &s);
 	/* By name, copied under the loader's lock: the object may be gone
 	 * by now (then this finds none, or another one, refused below). */
@@ -468,6 +471,7 @@ static void pin_last(void)
 	}
 	/* Never dropped: a miss may be reading its l_next, with no lock. */
 	pinned = lm;
+#endif
 }
 
 static void names_of(uint32_t bits, char *buf, size_t n)
@@ -579,7 +583,10 @@ int mrmgr__follow_check(void)
 
 	if (mrmgr__unlikely(!F.scanned))
 		pin_last();
-	memset(&s, 0, sizeof(s));
+	s.c[0] = s.c[1] = 0;
+	s.pinned_last = 0;
+	s.last = NULL;
+	s.name[0] = 0;
 	dl_iterate_phdr(snap, &s);
 	if (mrmgr__unlikely(!F.scanned || c[0] != F.adds || c[1] != F.subs)) {
 		/* Not quiet while it rescans (the pair is written apart). */
