@@ -376,7 +376,7 @@ Test(follow, library_loaded_later)
 
 /* A miss asks whether an object was loaded since the last check with no
  * loader call (the last object's l_next, pinned at the first check:
- * follow.c, "The quiet check"); once one was, it asks the loader's
+ * follow_quiet.c); once one was, it asks the loader's
  * counters again. Either way, quiet means nothing was loaded. */
 Test(follow, quiet_until_an_object_is_loaded)
 {
