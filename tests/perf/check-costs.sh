@@ -18,14 +18,14 @@
 #   make -C build check-costs     (or: tests/perf/check-costs.sh RUNNER)
 #
 # RUNNER runs a program from the build tree (libtool --mode=execute); run
-# from the build directory. Bounds: CC_HIT_MAX (139), CC_MISS_MAX (3300),
+# from the build directory. Bounds: CC_HIT_MAX (139), CC_MISS_MAX (3100),
 # CC_SYSCALLS_MAX (0.05 per miss).
 #
 # SPDX-License-Identifier: MIT
 set -eu
 runner=${1:-}
 hit_max=${CC_HIT_MAX:-139}
-miss_max=${CC_MISS_MAX:-3300}
+miss_max=${CC_MISS_MAX:-3100}
 sys_max=${CC_SYSCALLS_MAX:-0.05}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT INT TERM
