@@ -633,6 +633,9 @@ enum mrmgr_monitor_source {
 	MRMGR_MONITOR_SRC_HOOKS = 1u << 1,    /**< libmrmgr_hooks.so passed its self-test */
 	MRMGR_MONITOR_SRC_EXTERNAL = 1u << 2, /**< the cache trusts mrmgr_notify_unmap() */
 	MRMGR_MONITOR_SRC_PATCH = 1u << 3,    /**< libc's entry points patched in the process */
+	/** With MRMGR_MONITOR_SRC_PATCH, under a sanitizer: its allocator's
+	 *  malloc/free hooks follow the heap it maps with raw system calls */
+	MRMGR_MONITOR_SRC_SANITIZER = 1u << 4,
 };
 
 /**
