@@ -113,6 +113,17 @@ static inline void fresh(uintptr_t r, size_t l)
 	}
 }
 
+/* What an mremap that returned r maps anew: the grown tail in place,
+ * everything where it moved. */
+static inline void fresh_mremap(uintptr_t old, size_t old_len, size_t new_len,
+				uintptr_t r)
+{
+	if (r != old)
+		fresh(r, new_len);
+	else if (new_len > old_len)
+		fresh(old + old_len, new_len - old_len);
+}
+
 /*
  * The ranges an mremap may take away: everything when it may move
  * (@may_move), the tail when it shrinks in place, nothing when it grows
@@ -184,7 +195,7 @@ static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags,
 	if (rep[1])
 		mrmgr__icpt.end(sp[2], sp[3]);
 	if (!is_err(r))
-		fresh((uintptr_t)r, new_len);
+		fresh_mremap((uintptr_t)old, old_len, new_len, (uintptr_t)r);
 	return is_err(r) ? (set_errno(r), MAP_FAILED) : (void *)r;
 }
 
@@ -402,7 +413,7 @@ static inline void *chain_mremap(uintptr_t next, void *old, size_t old_len, size
 	if (rep[1])
 		mrmgr__icpt.end(sp[2], sp[3]);
 	if (r != MAP_FAILED)
-		fresh((uintptr_t)r, new_len);
+		fresh_mremap((uintptr_t)old, old_len, new_len, (uintptr_t)r);
 	errno = err;
 	return r;
 }

@@ -119,7 +119,7 @@ static int install_hooks(void)
 
 	if (hook_state != SRC_UNTRIED)
 		return hook_err;
-	if (!f.install) {
+	if (!f.install && !f.absent) {
 		void *i = dlsym(RTLD_DEFAULT,
 				"__sanitizer_install_malloc_and_free_hooks");
 		void *z = dlsym(RTLD_DEFAULT, "__sanitizer_get_allocated_size");

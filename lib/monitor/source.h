@@ -115,12 +115,14 @@ extern const struct mrmgr__mon_source mrmgr__src_patch, mrmgr__src_hooks,
  * The sanitizer allocator source (sanalloc.c). Its interface, as the
  * sanitizers' sanitizer/allocator_interface.h declares it; tests set
  * mrmgr__san_test_iface to stand in for a sanitizer (before the first
- * cache; install must return non-zero when it took the hooks).
+ * cache; install must return non-zero when it took the hooks), or
+ * absent to act as a sanitizer without the interface.
  */
 struct mrmgr__san_iface {
 	int (*install)(void (*malloc_hook)(const volatile void *, size_t),
 		       void (*free_hook)(const volatile void *));
 	size_t (*size)(const volatile void *);
+	int absent;
 };
 extern struct mrmgr__san_iface mrmgr__san_test_iface;
 extern uint64_t mrmgr__san_reports; /* chunks reported past the filter */

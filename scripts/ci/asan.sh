@@ -7,12 +7,8 @@ set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 asan_excluded="
 test_monitor_hooks: libmrmgr_hooks.so interposes malloc/free ahead of libc; under ASan its self-test fails (EPROTO), so no hooks source exists
-test_monitor_cases: the issue-11 cases drive glibc's allocator (mallopt, which ASan's allocator refuses; arena trims, address reuse) and need a two-sided source, which steps aside under a sanitizer
-test_monitor_cases_hooks: the same, with libmrmgr_hooks.so ahead of libc (see test_monitor_hooks)
-test_monitor_patch: the patch source steps aside under a sanitizer by design (ASan intercepts the same libc calls); its fallback is what the suite's fallback tests check
-test_monitor_patch_chain: chaining over another patcher needs the patch source, which steps aside under a sanitizer, and glibc's mallopt (ASan's allocator refuses it)
-test_monitor_follow: following the memory calls the process defines itself is the patch source's work, which steps aside under a sanitizer (foreign_error stays 0), and its tcmalloc run preloads a second allocator beside ASan's
-test_release_table: it checks the patched libc's release table with the patch source as the one source, which steps aside under a sanitizer (the one source is not running)
+test_monitor_cases_hooks: the issue-11 cases with libmrmgr_hooks.so ahead of libc, which cannot start under ASan (see test_monitor_hooks)
+test_monitor_patch_chain: chaining over another patcher is checked through glibc's allocator: mallopt (ASan's allocator refuses it) and malloc handing a freed address straight back (ASan's quarantine does not)
 test_release_table_hooks: the same table through libmrmgr_hooks.so, which cannot start under ASan (see test_monitor_hooks)"
 mkdir -p "$top/build-asan"
 cd "$top/build-asan"
@@ -30,9 +26,10 @@ for t in tests/unit/test_*; do
 	asan_tests="$asan_tests $t"
 done
 printf '%s\n' "$asan_excluded" | sed -n 's/^\(test_[a-z_]*\): /  excluded \1: /p'
-# No MRMGR_MONITOR: under a sanitizer the default source (libc patched in
-# the process) steps aside and auto takes userfaultfd by itself
-# (doc/monitor.md), so the suites run the default mode.
+# No MRMGR_MONITOR: the suites run the default mode, which under a
+# sanitizer is the patched libc beside the sanitizer allocator's malloc/
+# free hooks (doc/monitor.md, "Under a sanitizer"); test_san_stale checks
+# it with two threads' stale writes.
 unset MRMGR_MONITOR
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

@@ -72,6 +72,8 @@ static void simulate_sanitizer(int hooks)
 	if (hooks) {
 		mrmgr__san_test_iface.install = fake_install;
 		mrmgr__san_test_iface.size = fake_size;
+	} else {
+		mrmgr__san_test_iface.absent = 1; /* a real one's too */
 	}
 }
 #endif
