@@ -19,6 +19,7 @@
  * SPDX-License-Identifier: MIT
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -168,6 +169,8 @@ static void raw_unmap_then_map(int sanitized)
 		open_sanitized(&f);
 	} else {
 		need_identity();
+		if (dlsym(RTLD_DEFAULT, "__sanitizer_install_malloc_and_free_hooks"))
+			cr_skip_test("a real sanitizer: not without one");
 		fx_open(&f, NULL, NULL);
 		if (!(minfo(f.cache).sources & MRMGR_MONITOR_SRC_PATCH))
 			cr_skip_test("the patched libc does not run here");
