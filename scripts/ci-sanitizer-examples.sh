@@ -2,7 +2,8 @@
 # The examples under ASan+UBSan behave as without: built in build-asan/
 # (configure --enable-sanitizers: -fsanitize=address,undefined), run with
 # no MRMGR_* variable set, so the library's automatic mode decides (under
-# a sanitizer it takes userfaultfd: doc/monitor.md), and their output
+# a sanitizer the patched libc with the sanitizer allocator's hooks:
+# doc/monitor.md, "Under a sanitizer"), and their output
 # compared with the ordinary build's (build/, built already) after
 # addresses, keys, pids and timings are normalised. The caching examples
 # must report hits.

@@ -200,12 +200,14 @@ enum mrmgr_monitor_mode {
 	/**
 	 * The default: libc's memory entry points patched in the process
 	 * (the source of ::MRMGR_MONITOR_PATCH, after its self-test),
-	 * which see both sides of every change; where patching cannot run
-	 * (valgrind, sanitizers, an unknown prologue), libmrmgr_hooks.so
-	 * when it is loaded; else, under a sanitizer (ASan, TSan, MSan,
-	 * HWASan, LSan, DFSan: its allocator unmaps with raw system calls),
-	 * userfaultfd with the limits of ::MRMGR_MONITOR_UFFD (said once in
-	 * the log); else nothing is cached (with a warning).
+	 * which see both sides of every change; under a sanitizer (ASan,
+	 * TSan, MSan, HWASan, LSan, DFSan: its allocator maps and unmaps
+	 * with raw system calls) with the sanitizer allocator's malloc/free
+	 * hooks beside them (::MRMGR_MONITOR_SRC_SANITIZER); where patching
+	 * cannot run (valgrind, an unknown prologue), libmrmgr_hooks.so
+	 * when it is loaded; else, under a sanitizer whose allocator cannot
+	 * be followed, userfaultfd with the limits of ::MRMGR_MONITOR_UFFD
+	 * (a warning); else nothing is cached (with a warning).
 	 * Growth headroom is on. Regions that no active source can watch are
 	 * not cached: registered on get, deregistered at the last put.
 	 */
@@ -633,6 +635,9 @@ enum mrmgr_monitor_source {
 	MRMGR_MONITOR_SRC_HOOKS = 1u << 1,    /**< libmrmgr_hooks.so passed its self-test */
 	MRMGR_MONITOR_SRC_EXTERNAL = 1u << 2, /**< the cache trusts mrmgr_notify_unmap() */
 	MRMGR_MONITOR_SRC_PATCH = 1u << 3,    /**< libc's entry points patched in the process */
+	/** With MRMGR_MONITOR_SRC_PATCH, under a sanitizer: its allocator's
+	 *  malloc/free hooks follow the heap it maps with raw system calls */
+	MRMGR_MONITOR_SRC_SANITIZER = 1u << 4,
 };
 
 /**

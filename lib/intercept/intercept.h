@@ -53,6 +53,13 @@ int mrmgr__patch_sanitizer(void) __attribute__((weak, visibility("hidden")));
  * which does what is due. Weak likewise.
  */
 int mrmgr__patch_quiet(void) __attribute__((weak, visibility("hidden")));
+/*
+ * From now on, report the memory a call obtains at an address it did not
+ * name (mmap without MAP_FIXED, mremap's result, shmat), after the call:
+ * a sanitizer's allocator may have released pages there with raw system
+ * calls (lib/monitor/sanalloc.c). Weak likewise; for the process's life.
+ */
+void mrmgr__patch_fresh_on(void) __attribute__((weak, visibility("hidden")));
 /* 1 active, 2 failed, 0 untried (the monitor's enum mrmgr__src_state);
  * *err: why not (0 when active). */
 int mrmgr__patch_state(int *err);

@@ -22,11 +22,14 @@
  * text.
  *
  * Not used (fallback, one warning) under valgrind, which translates code
- * and would not see the patch, and under sanitizers, which intercept
- * these calls and replace malloc with allocators that unmap through raw
- * system calls; nor when a prologue is not the expected one (another
- * patcher, another libc), the trampoline cannot be placed, the text
- * cannot be made writable, or the self-test misses a call.
+ * and would not see the patch; nor when a prologue is not the expected
+ * one (another patcher, another libc), the trampoline cannot be placed,
+ * the text cannot be made writable, or the self-test misses a call.
+ * Under a sanitizer it runs: the runtime's interceptors (ASan's mmap,
+ * TSan's mmap and munmap) call libc's entries, the patched ones; what it
+ * cannot see there, the sanitizer's allocator and its raw system calls,
+ * the monitor follows through the allocator's hooks beside it
+ * (lib/monitor/sanalloc.c), and never vouches for it alone.
  *
  * Another patcher writing over our jumps after the install is noticed and
  * chained on top of in patch_takeover.c.
@@ -86,8 +89,8 @@ uint32_t mrmgr__patch_overwrites(void)
  * A sanitizer in the process: ASan, TSan, MSan, HWASan, LSan and DFSan
  * intercept these calls and replace malloc with an allocator that maps
  * and unmaps with raw system calls, which no patched libc entry sees.
- * UBSan alone does neither. Outside the architecture test: the automatic
- * mode takes userfaultfd instead wherever a sanitizer is (monitor.c).
+ * UBSan alone does neither. The patched libc runs there, but vouches
+ * only beside the sanitizer allocator's hooks (lib/monitor/sanalloc.c).
  * Decided once (a dlsym() per name: not for every miss).
  */
 int mrmgr__patch_sanitizer(void)
@@ -153,8 +156,6 @@ static const char *tool_in_process(void)
 {
 	if (mrmgr__patch_test_flags & MRMGR__PATCH_TEST_IGNORE_TOOLS)
 		return NULL;
-	if (mrmgr__patch_sanitizer())
-		return "a sanitizer";
 	if (dl_iterate_phdr(dso_named, (void *)"vgpreload"))
 		return "valgrind";
 	return NULL;
@@ -577,12 +578,7 @@ int mrmgr__patch_start(void)
 	/* Release: mrmgr__patch_quiet() reads it without the lock. */
 	__atomic_store_n(&P.state, P.err ? PATCH_FAILED : PATCH_ACTIVE,
 			 __ATOMIC_RELEASE);
-	if (P.err == EOPNOTSUPP && mrmgr__patch_sanitizer())
-		/* Expected: the mode decides what replaces it and says so
-		 * (monitor.c). */
-		mrmgr__info("monitor: libc patching not used (%s: its "
-			    "allocator unmaps with raw system calls)", why);
-	else if (P.err)
+	if (P.err)
 		mrmgr__warn("monitor: libc patching not used (%s: %s); libc is "
 			    "left as it was and other sources are used",
 			    why, strerror(P.err));

@@ -86,6 +86,45 @@ static inline int span(uintptr_t a, size_t l, uint64_t *s, uint64_t *e)
 }
 
 /*
+ * Memory a call maps anew (mmap, mremap, shmat) is reported after it
+ * once the sanitizer allocator source asked (intercept.h): the address
+ * may be one whose old pages that allocator released with raw system
+ * calls while a registration pinned them. Off otherwise: one load.
+ */
+static unsigned int fresh_on;
+
+void mrmgr__patch_fresh_on(void)
+{
+	__atomic_store_n(&fresh_on, 1, __ATOMIC_SEQ_CST);
+}
+
+static inline int fresh_wanted(void)
+{
+	return mrmgr__unlikely(__atomic_load_n(&fresh_on, __ATOMIC_SEQ_CST));
+}
+
+static inline void fresh(uintptr_t r, size_t l)
+{
+	uint64_t s, e;
+
+	if (fresh_wanted() && r != (uintptr_t)-1 && span(r, l, &s, &e)) {
+		mrmgr__icpt.begin(s, e);
+		mrmgr__icpt.end(s, e);
+	}
+}
+
+/* What an mremap that returned r maps anew: the grown tail in place,
+ * everything where it moved. */
+static inline void fresh_mremap(uintptr_t old, size_t old_len, size_t new_len,
+				uintptr_t r)
+{
+	if (r != old)
+		fresh(r, new_len);
+	else if (new_len > old_len)
+		fresh(old + old_len, new_len - old_len);
+}
+
+/*
  * The ranges an mremap may take away: everything when it may move
  * (@may_move), the tail when it shrinks in place, nothing when it grows
  * in place; and with MREMAP_FIXED whatever was at dest. Each begin
@@ -155,6 +194,8 @@ static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags,
 		mrmgr__icpt.end(sp[0], sp[1]);
 	if (rep[1])
 		mrmgr__icpt.end(sp[2], sp[3]);
+	if (!is_err(r))
+		fresh_mremap((uintptr_t)old, old_len, new_len, (uintptr_t)r);
 	return is_err(r) ? (set_errno(r), MAP_FAILED) : (void *)r;
 }
 
@@ -194,6 +235,8 @@ static void *hook_mmap(void *a, size_t l, int prot, int flags, int fd,
 	r = mrmgr__patch_sys(SYS_mmap, (long)a, (long)l, prot, flags, fd, off);
 	if (rep)
 		mrmgr__icpt.end(s, e);
+	else if (!is_err(r))
+		fresh((uintptr_t)r, l);
 	return is_err(r) ? (set_errno(r), MAP_FAILED) : (void *)r;
 }
 
@@ -267,6 +310,9 @@ static void *hook_shmat(int id, const void *a, int flg)
 	r = SYS3(SYS_shmat, id, a, flg);
 	if (rep)
 		mrmgr__icpt.end(s, e);
+	else if (!is_err(r) && fresh_wanted() &&
+		 shmat_range(id, (void *)r, 0, &s, &e))
+		fresh((uintptr_t)s, (size_t)(e - s + 1));
 	return is_err(r) ? (set_errno(r), (void *)-1) : (void *)r;
 }
 
@@ -366,6 +412,8 @@ static inline void *chain_mremap(uintptr_t next, void *old, size_t old_len, size
 		mrmgr__icpt.end(sp[0], sp[1]);
 	if (rep[1])
 		mrmgr__icpt.end(sp[2], sp[3]);
+	if (r != MAP_FAILED)
+		fresh_mremap((uintptr_t)old, old_len, new_len, (uintptr_t)r);
 	errno = err;
 	return r;
 }
@@ -402,6 +450,8 @@ static inline void *chain_mmap(uintptr_t next, void *a, size_t l, int prot, int 
 	err = errno;
 	if (rep)
 		mrmgr__icpt.end(s, e);
+	else if (r != MAP_FAILED)
+		fresh((uintptr_t)r, l);
 	errno = err;
 	return r;
 }
@@ -482,6 +532,9 @@ static inline void *chain_shmat(uintptr_t next, int id, const void *a, int flg)
 	err = errno;
 	if (rep)
 		mrmgr__icpt.end(s, e);
+	else if (r != (void *)-1 && fresh_wanted() &&
+		 shmat_range(id, r, 0, &s, &e))
+		fresh((uintptr_t)s, (size_t)(e - s + 1));
 	errno = err;
 	return r;
 }

@@ -59,8 +59,9 @@ static inline int mrmgr__mon_quiet(const uint64_t *seen)
 
 /* Append [start, last] for every cache. Async-signal-safe. */
 void mrmgr__mon_push(uint64_t start, uint64_t last);
-/* The same, unless no cache ever registered memory there (the filter). */
-void mrmgr__mon_push_filtered(uint64_t start, uint64_t last);
+/* The same, unless no cache ever registered memory there (the filter):
+ * 1 when pushed. */
+int mrmgr__mon_push_filtered(uint64_t start, uint64_t last);
 /* Whether an event at or after queue index from may overlap [start, last]
  * (1 also when it cannot tell: lapped, a slot still being written). */
 int mrmgr__mon_queue_dirty(uint64_t from, uint64_t start, uint64_t last);

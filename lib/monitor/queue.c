@@ -236,10 +236,12 @@ void mrmgr__mon_push(uint64_t start, uint64_t last)
 
 static int read_slot(uint64_t idx, uint64_t *start, uint64_t *last);
 
-void mrmgr__mon_push_filtered(uint64_t start, uint64_t last)
+int mrmgr__mon_push_filtered(uint64_t start, uint64_t last)
 {
-	if (filter_may_hold(start, last))
-		mrmgr__mon_push(start, last);
+	if (!filter_may_hold(start, last))
+		return 0;
+	mrmgr__mon_push(start, last);
+	return 1;
 }
 
 int mrmgr__mon_queue_dirty(uint64_t from, uint64_t start, uint64_t last)

@@ -9,6 +9,7 @@
 #ifndef MRMGR__SOURCE_H
 #define MRMGR__SOURCE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct mrmgr__mon_cache;
@@ -108,7 +109,26 @@ mrmgr__mon_pick_quiet(const struct mrmgr__mon_mode *mm);
 
 /* Every source, for fork children and reports. */
 extern const struct mrmgr__mon_source mrmgr__src_patch, mrmgr__src_hooks,
-	mrmgr__src_uffd, mrmgr__src_external;
+	mrmgr__src_uffd, mrmgr__src_external, mrmgr__src_sanalloc;
+
+/*
+ * The sanitizer allocator source (sanalloc.c). Its interface, as the
+ * sanitizers' sanitizer/allocator_interface.h declares it; tests set
+ * mrmgr__san_test_iface to stand in for a sanitizer (before the first
+ * cache; install must return non-zero when it took the hooks), or
+ * absent to act as a sanitizer without the interface.
+ */
+struct mrmgr__san_iface {
+	int (*install)(void (*malloc_hook)(const volatile void *, size_t),
+		       void (*free_hook)(const volatile void *));
+	size_t (*size)(const volatile void *);
+	int absent;
+};
+extern struct mrmgr__san_iface mrmgr__san_test_iface;
+extern uint64_t mrmgr__san_reports; /* chunks reported past the filter */
+int mrmgr__san_applies(void);     /* a sanitizer is in the process */
+void mrmgr__san_note(void);       /* said when it starts (info) */
+const char *mrmgr__san_why(void); /* why it does not run */
 
 /* The watch operations sources share (watch.c). */
 int mrmgr__watch_trusted(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,

@@ -45,9 +45,16 @@ static int patch_blind(void)
 	return patch_started() && mrmgr__follow_check();
 }
 
+static int sanitized(void)
+{
+	return mrmgr__patch_sanitizer && mrmgr__patch_sanitizer();
+}
+
 /*
  * The patched libc vouches only when every memory call the process
- * defines outside libc is followed too (follow.c).
+ * defines outside libc is followed too (follow.c). Not alone under a
+ * sanitizer, whose allocator it cannot see: there the sanitizer
+ * allocator source (sanalloc.c) runs it beside the allocator's hooks.
  */
 static int patch_src_start(int asked)
 {
@@ -56,6 +63,8 @@ static int patch_src_start(int asked)
 	(void)asked; /* its own start retries nothing: a failure is final */
 	if (!mrmgr__patch_start)
 		return ENOSYS;
+	if (sanitized())
+		return EOPNOTSUPP;
 	err = mrmgr__patch_start();
 	return err ? err : mrmgr__follow_check();
 }
@@ -65,12 +74,12 @@ static int patch_src_start(int asked)
 static int patch_src_quiet(void)
 {
 	return mrmgr__patch_quiet && mrmgr__patch_quiet() &&
-	       mrmgr__follow_quiet();
+	       mrmgr__follow_quiet() && !sanitized();
 }
 
 static int patch_src_active(void)
 {
-	return patch_started() && !mrmgr__follow_check();
+	return !sanitized() && patch_started() && !mrmgr__follow_check();
 }
 
 static int two(void)
@@ -99,8 +108,8 @@ static const char *patch_src_why(int err, int listed)
 		return "not used";
 	if (!mrmgr__patch_start)
 		return "not built in";
-	if (mrmgr__patch_sanitizer && mrmgr__patch_sanitizer())
-		return "a sanitizer is in the process";
+	if (sanitized())
+		return "a sanitizer is in the process (not alone)";
 	if (patch_blind())
 		return "memory calls it cannot see (see the warning above)";
 	(void)mrmgr__patch_state(&err);
@@ -197,36 +206,35 @@ const struct mrmgr__mon_source mrmgr__src_external = {
 
 /*
  * auto falls back to userfaultfd where the patched libc cannot see what
- * the program's memory does: a build without it, and a sanitizer, whose
- * allocator maps and unmaps with raw system calls (the kernel reports
- * those to userfaultfd, whoever makes them). Nothing cached under a
- * sanitizer would make the program behave unlike the one it debugs;
- * userfaultfd's limits (one-sided, what it does not follow: the table in
- * doc/monitor.md) are the price, said once at start. Not valgrind: its
+ * the program's memory does: a build without it, a definition it cannot
+ * follow, and a sanitizer whose allocator cannot be followed (the
+ * sanitizer allocator source did not start: no hooks interface, its
+ * slots taken, libc not patched); the kernel reports raw system calls to
+ * userfaultfd, whoever makes them. Listed after that source, so it
+ * applies only where the two-sided one failed. Not valgrind: its
  * serialised threads would deadlock with the reader (uffd.c).
  */
 int mrmgr__mon_auto_uffd(void)
 {
-	return !mrmgr__patch_start ||
-	       (mrmgr__patch_sanitizer && mrmgr__patch_sanitizer()) ||
-	       patch_blind();
+	return !mrmgr__patch_start || sanitized() || patch_blind();
 }
 
 static void sanitizer_note(void)
 {
-	if (!mrmgr__patch_start || !mrmgr__patch_sanitizer ||
-	    !mrmgr__patch_sanitizer())
+	if (!mrmgr__patch_start || !sanitized())
 		return;
-	/* Info, as other automatic fallbacks (ODP's): the program keeps
-	 * caching, and a run under a sanitizer prints what it prints
-	 * without one. */
-	mrmgr__info("monitor (auto): a sanitizer is in the process, so libc "
-		    "is not patched (its allocator unmaps with raw system "
-		    "calls); userfaultfd follows the memory instead, with its "
-		    "limits: one-sided, no growth headroom, and "
+	/* A warning: the default's promise (both sides) is not kept here,
+	 * and the program's own mremap() may fail (EFAULT). */
+	mrmgr__warn("monitor (auto): a sanitizer is in the process, and the "
+		    "patched libc with its allocator's hooks cannot follow "
+		    "the memory (%s); userfaultfd follows "
+		    "the memory instead, with its limits: one-sided (a get "
+		    "racing another thread's unmap can be handed a stale "
+		    "registration), no growth headroom, the program's own "
+		    "mremap() of a buffer it extended can fail (EFAULT), and "
 		    "shmat(SHM_REMAP) and MADV_GUARD_INSTALL over cached "
-		    "memory are not followed (doc/monitor.md, \"What each "
-		    "mode follows\")");
+		    "memory are not followed (doc/monitor.md, \"Under a "
+		    "sanitizer\")", mrmgr__san_why());
 }
 
 static void none_announce(void)
@@ -245,15 +253,18 @@ static void external_announce(void)
 }
 
 /*
- * auto: the patched libc when it is built in and runs, else the hooks
- * library when preloaded. userfaultfd is opt-in (uffd): its registration
- * stops VMA merging, which changes what the program's own mremap() does
- * (doc/monitor.md). Only a build without the patched source, a sanitizer,
- * and a patched libc that cannot see every memory call fall back to it.
+ * auto: the patched libc when it is built in and runs, under a sanitizer
+ * with the sanitizer allocator's hooks beside it, else the hooks library
+ * when preloaded. userfaultfd is opt-in (uffd): its registration stops
+ * VMA merging, which changes what the program's own mremap() does
+ * (doc/monitor.md). Only a build without the patched source, a sanitizer
+ * whose allocator cannot be followed, and a patched libc that cannot see
+ * every memory call fall back to it.
  */
 static const struct mrmgr__mon_mode modes[] = {
-	[MRMGR_MONITOR_AUTO] = { "auto", 0, NULL, 3, {
+	[MRMGR_MONITOR_AUTO] = { "auto", 0, NULL, 4, {
 		{ &mrmgr__src_patch, NULL, NULL },
+		{ &mrmgr__src_sanalloc, mrmgr__san_applies, mrmgr__san_note },
 		{ &mrmgr__src_hooks, NULL, NULL },
 		{ &mrmgr__src_uffd, mrmgr__mon_auto_uffd, sanitizer_note } } },
 	[MRMGR_MONITOR_UFFD] = { "uffd", 0, NULL, 1, {
@@ -263,8 +274,9 @@ static const struct mrmgr__mon_mode modes[] = {
 	[MRMGR_MONITOR_EXTERNAL] = { "external", 1, external_announce, 1, {
 		{ &mrmgr__src_external, NULL, NULL } } },
 	[MRMGR_MONITOR_NONE] = { "none", 1, none_announce, 0, { { 0 } } },
-	[MRMGR_MONITOR_PATCH] = { "patch", 0, NULL, 1, {
-		{ &mrmgr__src_patch, NULL, NULL } } },
+	[MRMGR_MONITOR_PATCH] = { "patch", 0, NULL, 2, {
+		{ &mrmgr__src_patch, NULL, NULL },
+		{ &mrmgr__src_sanalloc, mrmgr__san_applies, mrmgr__san_note } } },
 };
 
 /* An unknown value (config rejects those) watches nothing. */
@@ -326,7 +338,7 @@ mrmgr__mon_pick_quiet(const struct mrmgr__mon_mode *mm)
 
 static const struct mrmgr__mon_source *const all[] = {
 	&mrmgr__src_patch, &mrmgr__src_uffd, &mrmgr__src_hooks,
-	&mrmgr__src_external,
+	&mrmgr__src_sanalloc, &mrmgr__src_external,
 };
 
 void mrmgr__mon_sources_fork_child(void)
@@ -375,9 +387,11 @@ static void warn_no_source(const struct mrmgr__mon_mode *mm, const int *errs)
 	size_t off = 0;
 
 	why[0] = 0;
-	for (unsigned int i = 0; i < 3; i++) {
+	for (unsigned int i = 0; i < 4; i++) {
 		int err = 0;
 
+		if (all[i] == &mrmgr__src_sanalloc && !mrmgr__san_applies())
+			continue; /* only said where it could have run */
 		for (unsigned int j = 0; j < mm->n; j++)
 			if (mm->use[j].src == all[i])
 				err = errs[j];

@@ -109,7 +109,7 @@ static inline void area_unmap(char *p, size_t len)
  * at run time, as the library asks: a sanitizer's runtime is loaded
  * (link the suite with -ldl for glibc before 2.34).
  */
-static inline void need_glibc_malloc(void)
+static inline const char *sanitizer_runtime(void)
 {
 	static const char *const runtimes[] = {
 		"__asan_init", "__tsan_init", "__msan_init", "__hwasan_init",
@@ -117,9 +117,17 @@ static inline void need_glibc_malloc(void)
 
 	for (size_t i = 0; i < sizeof(runtimes) / sizeof(runtimes[0]); i++)
 		if (dlsym(RTLD_DEFAULT, runtimes[i]))
-			cr_skip_test("needs glibc's malloc (mmap threshold, trims); "
-				     "a sanitizer's allocator (%s) replaces it",
-				     runtimes[i]);
+			return runtimes[i];
+	return NULL;
+}
+
+static inline void need_glibc_malloc(void)
+{
+	const char *rt = sanitizer_runtime();
+
+	if (rt)
+		cr_skip_test("needs glibc's malloc (mmap threshold, trims); "
+			     "a sanitizer's allocator (%s) replaces it", rt);
 }
 
 #endif

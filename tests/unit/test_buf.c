@@ -8,6 +8,7 @@
  *
  * SPDX-License-Identifier: MIT
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -73,11 +74,17 @@ Test(buf, create_resize_destroy_keeps_contents_and_keys_right)
 	cr_assert_eq(mrmgr_buf_mr(b)->length, 3 * PG);
 	lands(&f, b, 9990, 'b');
 
-	/* A get on buffer memory hits the buffer's own registration. */
+	/* A get on buffer memory hits the buffer's own registration. Not
+	 * under a sanitizer: there the resize's mremap() is reported after
+	 * the call as memory mapped anew (doc/monitor.md, "Under a
+	 * sanitizer"), and the get's drain applies that to the buffer's
+	 * region, registered after the call but before the drain
+	 * (conservative): the get registers once more. */
 	mrmgr_region_t *r;
 	cr_assert_eq(mrmgr_get(f.cache, (char *)mrmgr_buf_data(b) + 5000, 10,
 			       IBV_ACCESS_LOCAL_WRITE, &r), 0);
-	cr_assert_eq(mrmgr_region_mr(r), mrmgr_buf_mr(b));
+	if (!dlsym(RTLD_DEFAULT, "__sanitizer_install_malloc_and_free_hooks"))
+		cr_assert_eq(mrmgr_region_mr(r), mrmgr_buf_mr(b));
 	mrmgr_put(r);
 	cr_assert_eq(mrmgr_cache_destroy(f.cache), EBUSY, "a buffer holds it");
 	cr_assert_eq(mrmgr_buf_destroy(b), 0);

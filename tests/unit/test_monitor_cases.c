@@ -169,7 +169,11 @@ static void alloc_case(int nthreads, uint64_t events, int realloc_too,
 
 	need_identity();
 	memset(&a, 0, sizeof(a));
-	cr_assert(mallopt(M_MMAP_THRESHOLD, 128 * 1024));
+	/* glibc's: chunks from 128 KiB are mmap'd. A sanitizer's allocator
+	 * refuses mallopt; there the case runs on its allocator, followed
+	 * through its malloc/free hooks (doc/monitor.md). */
+	if (!sanitizer_runtime())
+		cr_assert(mallopt(M_MMAP_THRESHOLD, 128 * 1024));
 	fx_open(&a.f, NULL, &big);
 	need_two_sided(a.f.cache);
 	a.iters = events / (uint64_t)nthreads;
@@ -482,6 +486,7 @@ Test(cases, arena_heap_trim)
 	pthread_t th;
 
 	need_identity();
+	need_glibc_malloc();
 	memset(&a, 0, sizeof(a));
 	cr_assert(mallopt(M_MMAP_THRESHOLD, 1024 * 1024));
 	cr_assert(mallopt(M_TRIM_THRESHOLD, 64 * 1024));
@@ -921,14 +926,16 @@ Test(retry, uffd_after_full_table_starts_when_asked_again, .timeout = 60)
 }
 
 #ifdef MRMGR_TEST_INTERNAL
-/* auto under a sanitizer takes userfaultfd (the patched libc steps
- * aside): the same. The patch engine's test flag is internal (this
- * suite's build against the internal library only). */
+/* auto under a sanitizer whose allocator cannot be followed (no hooks
+ * interface) takes userfaultfd: the same. The test flag and seam are
+ * internal (this suite's build against the internal library only). */
 #include "patch.h"
+#include "source.h"
 
 Test(retry, auto_under_a_sanitizer_starts_when_asked_again, .timeout = 60)
 {
 	mrmgr__patch_test_flags |= MRMGR__PATCH_TEST_SANITIZER;
+	mrmgr__san_test_iface.absent = 1;
 	starts_when_asked_again(MRMGR_MONITOR_AUTO);
 }
 #endif

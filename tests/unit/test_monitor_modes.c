@@ -19,8 +19,11 @@
  * Columns: auto (the patched libc), uffd, hooks (test_monitor_modes_hooks,
  * libmrmgr_hooks.so linked ahead of libc), external (the program reports
  * each change with mrmgr_notify_unmap()), and sanitizer: auto under a
- * sanitizer, simulated with a test flag in the ordinary build; in a
- * sanitizer build the auto column is that column for real.
+ * sanitizer (the patched libc with the sanitizer allocator's hooks),
+ * simulated in the ordinary build with a test flag and an allocator
+ * hooks interface standing in for the sanitizer's (glibc's allocator
+ * underneath, which the patched libc sees); in a sanitizer build the
+ * auto column is that column for real.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -42,6 +45,37 @@
 #ifdef MRMGR_TEST_INTERNAL
 #include "monitor.h"
 #include "patch.h"
+#include "source.h"
+
+static int fake_slots = 1;
+
+static int fake_install(void (*m)(const volatile void *, size_t),
+			void (*f)(const volatile void *))
+{
+	(void)m;
+	(void)f;
+	return fake_slots;
+}
+
+static size_t fake_size(const volatile void *p)
+{
+	(void)p;
+	return 1;
+}
+
+/* auto under a sanitizer, simulated: the test flag, and (hooks) an
+ * allocator hooks interface that takes the hooks; without it the
+ * library finds none, as under a sanitizer that has none. */
+static void simulate_sanitizer(int hooks)
+{
+	mrmgr__patch_test_flags |= MRMGR__PATCH_TEST_SANITIZER;
+	if (hooks) {
+		mrmgr__san_test_iface.install = fake_install;
+		mrmgr__san_test_iface.size = fake_size;
+	} else {
+		mrmgr__san_test_iface.absent = 1; /* a real one's too */
+	}
+}
 #endif
 
 #ifndef SHM_REMAP
@@ -110,32 +144,32 @@ enum rowid {
 /*                                  auto uffd hooks ext  san */
 static const struct row rows[R_COUNT] = {
 	[R_MUNMAP] = { "munmap", ANON, ch_munmap, GONE, { F, F, F, F, F }, NO_AUTO_UFFD },
-	[R_RAW_MUNMAP] = { "raw munmap", ANON, ch_raw_munmap, GONE, { X, F, X, F, F }, NO_AUTO_UFFD },
+	[R_RAW_MUNMAP] = { "raw munmap", ANON, ch_raw_munmap, GONE, { X, F, X, F, X }, NO_AUTO_UFFD },
 	[R_MREMAP_MOVE] = { "mremap move", ANON, ch_mremap_move, GONE, { F, F, F, F, F }, NO_AUTO_UFFD },
-	[R_RAW_MREMAP_MOVE] = { "raw mremap move", ANON, ch_raw_mremap_move, GONE, { X, F, X, F, F }, NO_AUTO_UFFD },
+	[R_RAW_MREMAP_MOVE] = { "raw mremap move", ANON, ch_raw_mremap_move, GONE, { X, F, X, F, X }, NO_AUTO_UFFD },
 	[R_MREMAP_SHRINK] = { "mremap shrink", ANON, ch_mremap_shrink, GONE, { F, F, F, F, F }, NO_AUTO_UFFD },
-	[R_RAW_MREMAP_SHRINK] = { "raw mremap shrink", ANON, ch_raw_mremap_shrink, GONE, { X, F, X, F, F }, NO_AUTO_UFFD },
+	[R_RAW_MREMAP_SHRINK] = { "raw mremap shrink", ANON, ch_raw_mremap_shrink, GONE, { X, F, X, F, X }, NO_AUTO_UFFD },
 	[R_MREMAP_GROW] = { "mremap grow in place", setup_growable, ch_mremap_grow, GONE, { K, K, K, K, K }, NO_AUTO_UFFD },
 	[R_MMAP_FIXED] = { "mmap MAP_FIXED over", ANON, ch_mmap_fixed, GONE, { F, F, F, F, F }, NO_AUTO_UFFD },
-	[R_RAW_MMAP_FIXED] = { "raw mmap MAP_FIXED over", ANON, ch_raw_mmap_fixed, GONE, { X, F, X, F, F }, NO_AUTO_UFFD },
+	[R_RAW_MMAP_FIXED] = { "raw mmap MAP_FIXED over", ANON, ch_raw_mmap_fixed, GONE, { X, F, X, F, X }, NO_AUTO_UFFD },
 	[R_DONTNEED] = { "MADV_DONTNEED", ANON, ch_dontneed, GONE, { F, F, F, F, F }, NO_AUTO_UFFD },
-	[R_RAW_DONTNEED] = { "raw MADV_DONTNEED", ANON, ch_raw_dontneed, GONE, { X, F, X, F, F }, NO_AUTO_UFFD },
+	[R_RAW_DONTNEED] = { "raw MADV_DONTNEED", ANON, ch_raw_dontneed, GONE, { X, F, X, F, X }, NO_AUTO_UFFD },
 	[R_FREE] = { "MADV_FREE", ANON, ch_free, GONE, { F, F, F, F, F }, NO_AUTO_UFFD },
-	[R_RAW_FREE] = { "raw MADV_FREE", ANON, ch_raw_free, GONE, { X, F, X, F, F }, NO_AUTO_UFFD },
+	[R_RAW_FREE] = { "raw MADV_FREE", ANON, ch_raw_free, GONE, { X, F, X, F, X }, NO_AUTO_UFFD },
 	[R_REMOVE] = { "MADV_REMOVE (private: EINVAL)", ANON, ch_remove, GONE, { K, K, K, K, K }, NO_AUTO_UFFD },
-	[R_GUARD] = { "MADV_GUARD_INSTALL", ANON, ch_guard, GONE, { F, X, F, F, X }, NO_AUTO_UFFD },
+	[R_GUARD] = { "MADV_GUARD_INSTALL", ANON, ch_guard, GONE, { F, X, F, F, F }, NO_AUTO_UFFD },
 	[R_RAW_GUARD] = { "raw MADV_GUARD_INSTALL", ANON, ch_raw_guard, GONE, { X, X, X, F, X }, NO_AUTO_UFFD },
 	[R_SBRK] = { "sbrk shrink", setup_heap, ch_sbrk, teardown_heap, { F, F, F, F, F }, NO_AUTO_UFFD },
-	[R_RAW_BRK] = { "raw brk shrink", setup_heap, ch_raw_brk, teardown_heap, { X, F, X, F, F }, NO_AUTO_UFFD },
+	[R_RAW_BRK] = { "raw brk shrink", setup_heap, ch_raw_brk, teardown_heap, { X, F, X, F, X }, NO_AUTO_UFFD },
 	[R_FREE_CHUNK] = { "free() of an mmap'd chunk", setup_chunk, ch_free_chunk, GONE, { F, F, F, F, F }, NO_AUTO_UFFD },
-	[R_SHMAT_REMAP] = { "shmat(SHM_REMAP) over", ANON, ch_shmat_remap, teardown_shm, { F, X, F, F, X }, NO_AUTO_UFFD },
+	[R_SHMAT_REMAP] = { "shmat(SHM_REMAP) over", ANON, ch_shmat_remap, teardown_shm, { F, X, F, F, F }, NO_AUTO_UFFD },
 	[R_RAW_SHMAT_REMAP] = { "raw shmat(SHM_REMAP) over", ANON, ch_raw_shmat_remap, teardown_shm, { X, X, X, F, X }, NO_AUTO_UFFD },
 	[R_SHMDT] = { "SysV segment, shmdt", setup_shm, ch_shmdt, GONE, { U, U, U, F, U }, NO_AUTO_UFFD },
 	[R_TRUNCATE] = { "private file mapping, truncate", setup_file, ch_truncate, teardown_file, { U, U, U, F, U }, NO_AUTO_UFFD },
 	[R_FORK] = { "fork (parent's caches purged)", ANON, ch_fork, GONE, { F, F, F, F, F }, NO_AUTO_UFFD },
 	[R_MPROTECT] = { "mprotect", ANON, ch_mprotect, GONE, { K, K, K, K, K }, NO_AUTO_UFFD },
 	[R_PROCESS_MADVISE] = { "process_madvise(PAGEOUT)", ANON, ch_process_madvise, GONE, { K, K, K, K, K }, NO_AUTO_UFFD },
-	[R_IO_URING_DONTNEED] = { "io_uring MADV_DONTNEED", ANON, ch_io_uring_dontneed, GONE, { X, F, X, F, F }, NO_AUTO_UFFD },
+	[R_IO_URING_DONTNEED] = { "io_uring MADV_DONTNEED", ANON, ch_io_uring_dontneed, GONE, { X, F, X, F, X }, NO_AUTO_UFFD },
 	[R_REALLOC_CHUNK] = { "realloc() moving an mmap'd chunk", setup_chunk_blocked, ch_realloc_chunk, teardown_chunk, { F, F, F, F, F }, NO_AUTO_UFFD },
 	[R_MALLOC_TRIM] = { "malloc_trim() of a free heap chunk", setup_heap_chunk, ch_malloc_trim, teardown_heap_chunk, { F, F, F, F, F }, NO_AUTO_UFFD },
 	[R_MEMFD_SHARED] = { "shared memfd mapping, truncated", setup_memfd_shared, ch_memfd_truncate, teardown_file, { U, U, U, F, U }, NO_AUTO_UFFD },
@@ -175,6 +209,7 @@ static void cell(enum rowid id, enum col c)
 	struct mrmgr_stats s1;
 	mrmgr_region_t *r;
 	uint32_t src;
+	int san;
 
 	need_identity();
 	switch (c) {
@@ -195,7 +230,7 @@ static void cell(enum rowid id, enum col c)
 	case C_SAN:
 		ca.monitor = MRMGR_MONITOR_AUTO;
 #ifdef MRMGR_TEST_INTERNAL
-		mrmgr__patch_test_flags |= MRMGR__PATCH_TEST_SANITIZER;
+		simulate_sanitizer(1);
 #endif
 		break;
 	default:
@@ -203,18 +238,19 @@ static void cell(enum rowid id, enum col c)
 	}
 	if ((id == R_FREE_CHUNK || id == R_REALLOC_CHUNK || id == R_MALLOC_TRIM) &&
 	    real_sanitizer())
-		cr_skip_test("a sanitizer's free() quarantines the chunk and "
-			     "unmaps it later with raw system calls (the raw "
-			     "munmap row)");
+		cr_skip_test("glibc's allocator's rows: a sanitizer's allocator "
+			     "is another (its hooks are test_san_stale's and "
+			     "test_monitor_sanalloc's)");
 	w->setup(&a);
 	memset(a.p, 'a', a.len);
 	fx_open(&f, NULL, &ca);
 	src = minfo(f.cache).sources;
-	if ((c == C_SAN || (c == C_AUTO && real_sanitizer())) &&
-	    !minfo(f.cache).uffd_error)
-		cr_assert_eq(src, MRMGR_MONITOR_SRC_UFFD, "auto under a sanitizer "
-			     "must take userfaultfd (sources %#x)", src);
-	if (c == C_AUTO && w->auto_uffd && !real_sanitizer()) {
+	san = c == C_SAN || (c == C_AUTO && real_sanitizer());
+	if (san && !w->auto_uffd)
+		cr_assert_eq(src, MRMGR_MONITOR_SRC_PATCH | MRMGR_MONITOR_SRC_SANITIZER,
+			     "auto under a sanitizer must take the patched libc "
+			     "with the allocator's hooks (sources %#x)", src);
+	if ((c == C_AUTO || san) && w->auto_uffd) {
 		cr_assert_neq(minfo(f.cache).raw_runtimes, 0,
 			      "%s: not recognised", w->what);
 		cr_assert_eq(src & MRMGR_MONITOR_SRC_PATCH, 0,
@@ -225,10 +261,9 @@ static void cell(enum rowid id, enum col c)
 		} else {
 			cr_assert_eq(src, MRMGR_MONITOR_SRC_UFFD);
 		}
-	} else if ((c == C_AUTO && !real_sanitizer() && !(src & MRMGR_MONITOR_SRC_PATCH)) ||
-	    ((c == C_UFFD || c == C_SAN || (c == C_AUTO && real_sanitizer())) &&
-	     src != MRMGR_MONITOR_SRC_UFFD) ||
-	    (c == C_HOOKS && !(src & MRMGR_MONITOR_SRC_HOOKS))) {
+	} else if ((c == C_AUTO && !san && !(src & MRMGR_MONITOR_SRC_PATCH)) ||
+		   (c == C_UFFD && src != MRMGR_MONITOR_SRC_UFFD) ||
+		   (c == C_HOOKS && !(src & MRMGR_MONITOR_SRC_HOOKS))) {
 		fx_close(&f);
 		w->teardown(&a);
 		cr_skip_test("this column's source does not run here (sources %#x)",
@@ -341,7 +376,7 @@ static void cell_arena(enum col c)
 		cr_skip_test("a sanitizer's allocator has no glibc arenas");
 #ifdef MRMGR_TEST_INTERNAL
 	if (c == C_SAN)
-		mrmgr__patch_test_flags |= MRMGR__PATCH_TEST_SANITIZER;
+		simulate_sanitizer(1);
 #endif
 	cr_assert(mallopt(M_MMAP_THRESHOLD, (int)MiB));
 	cr_assert(mallopt(M_TRIM_THRESHOLD, 64 * (int)KiB));
@@ -349,8 +384,11 @@ static void cell_arena(enum col c)
 	cr_assert(mallopt(M_TOP_PAD, 0));
 	fx_open(&f, NULL, &ca);
 	src = minfo(f.cache).sources;
+	if (c == C_SAN)
+		cr_assert_eq(src, MRMGR_MONITOR_SRC_PATCH | MRMGR_MONITOR_SRC_SANITIZER,
+			     "sources %#x", src);
 	if ((c == C_AUTO && !(src & MRMGR_MONITOR_SRC_PATCH)) ||
-	    ((c == C_UFFD || c == C_SAN) && src != MRMGR_MONITOR_SRC_UFFD) ||
+	    (c == C_UFFD && src != MRMGR_MONITOR_SRC_UFFD) ||
 	    (c == C_HOOKS && !(src & MRMGR_MONITOR_SRC_HOOKS))) {
 		fx_close(&f);
 		cr_skip_test("this column's source does not run here (sources %#x)",
@@ -455,27 +493,54 @@ Test(sanitizer, thread_arena_trim) { cell_arena(C_SAN); }
 /* ------------------------------------------------------------ the log */
 
 #ifdef MRMGR_TEST_INTERNAL
-static int said_uffd, said_none, said_warn;
+static int said_two, said_uffd, said_none, said_warn;
 
 static void count_lines(enum mrmgr_log_level l, const char *msg, void *arg)
 {
 	(void)arg;
-	said_uffd += l == MRMGR_LOG_INFO &&
-		     strstr(msg, "a sanitizer is in the process, so libc is not patched");
+	said_two += l == MRMGR_LOG_INFO &&
+		    strstr(msg, "sanitizer allocator's malloc/free hooks follow");
+	said_uffd += l == MRMGR_LOG_WARN &&
+		     strstr(msg, "allocator's hooks cannot follow the memory (") &&
+		     strstr(msg, "one-sided");
 	said_warn += l == MRMGR_LOG_WARN;
 	said_none += l == MRMGR_LOG_WARN && strstr(msg, "no memory-event source") &&
-		     strstr(msg, "libc patching: a sanitizer is in the process");
+		     strstr(msg, "libc patching: a sanitizer is in the process") &&
+		     strstr(msg, "sanitizer allocator: the sanitizer has no "
+				 "allocator hooks");
 }
 
-/* auto under a sanitizer says once that userfaultfd replaced the patched
- * libc, however many caches start: at info level, as an automatic
- * fallback that keeps caching (no warning: the program's output stays
- * what it is without the sanitizer). */
-Test(sanitizer, said_once_in_the_log)
+/* auto under a sanitizer with allocator hooks: the patched libc and the
+ * hooks, said once at info level however many caches start (the
+ * program's output stays what it is without the sanitizer), no warning. */
+Test(sanitizer, two_sided_said_once_at_info)
 {
 	struct fixture f, g;
 
-	mrmgr__patch_test_flags |= MRMGR__PATCH_TEST_SANITIZER;
+	simulate_sanitizer(1);
+	mrmgr_set_log_handler(count_lines, NULL, MRMGR_LOG_INFO);
+	fx_open(&f, NULL, NULL);
+	fx_open(&g, NULL, NULL);
+	cr_assert_eq(minfo(f.cache).sources,
+		     MRMGR_MONITOR_SRC_PATCH | MRMGR_MONITOR_SRC_SANITIZER);
+	cr_assert_eq(minfo(g.cache).sources,
+		     MRMGR_MONITOR_SRC_PATCH | MRMGR_MONITOR_SRC_SANITIZER);
+	cr_assert_eq(said_two, 1, "said %d times", said_two);
+	cr_assert_eq(said_warn, 0, "a warning");
+	fx_close(&g);
+	fx_close(&f);
+	mrmgr_set_log_handler(NULL, NULL, MRMGR_LOG_WARN);
+}
+
+/* Where the allocator cannot be followed (a sanitizer without the hooks
+ * interface; all its hook slots taken), auto falls back to userfaultfd
+ * and says so once, as a warning naming why and what is not followed. */
+static void falls_back(int hooks, const char *why)
+{
+	struct fixture f, g;
+
+	simulate_sanitizer(hooks);
+	fake_slots = 0;
 	mrmgr_set_log_handler(count_lines, NULL, MRMGR_LOG_INFO);
 	fx_open(&f, NULL, NULL);
 	fx_open(&g, NULL, NULL);
@@ -485,22 +550,33 @@ Test(sanitizer, said_once_in_the_log)
 	cr_assert_eq(minfo(f.cache).sources, MRMGR_MONITOR_SRC_UFFD);
 	cr_assert_eq(minfo(g.cache).sources, MRMGR_MONITOR_SRC_UFFD);
 	cr_assert_eq(said_uffd, 1, "said %d times", said_uffd);
-	cr_assert_eq(said_warn, 0, "a warning");
+	cr_assert_eq(said_two, 0);
+	cr_assert(strstr(mrmgr__san_why(), why), "%s", mrmgr__san_why());
 	fx_close(&g);
 	fx_close(&f);
 	mrmgr_set_log_handler(NULL, NULL, MRMGR_LOG_WARN);
 }
 
+Test(sanitizer, no_hooks_interface_falls_back_with_a_warning)
+{
+	falls_back(0, "no allocator hooks");
+}
+
+Test(sanitizer, hook_slots_taken_falls_back_with_a_warning)
+{
+	falls_back(1, "slots are all taken");
+}
+
 /* Where userfaultfd is refused too (a seccomp profile), auto under a
- * sanitizer falls back as before: nothing cached, and the warning names
- * the sanitizer as the reason libc is not patched. */
+ * sanitizer without allocator hooks caches nothing, and the warning
+ * names each reason. */
 Test(sanitizer, userfaultfd_refused_caches_nothing_and_says_why)
 {
 	struct fixture f;
 	char *p = map_rw(LEN, 1);
 	mrmgr_region_t *r;
 
-	mrmgr__patch_test_flags |= MRMGR__PATCH_TEST_SANITIZER;
+	simulate_sanitizer(0);
 	refuse_userfaultfd();
 	mrmgr_set_log_handler(count_lines, NULL, MRMGR_LOG_WARN);
 	fx_open(&f, NULL, NULL);
