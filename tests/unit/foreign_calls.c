@@ -22,9 +22,16 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* Calls that came through here. */
+/* Calls that came through here. The late library keeps its own count,
+ * hidden: one global of the same name in two objects is an ODR violation
+ * to ASan (which aborts), and a late library loaded without
+ * RTLD_DEEPBIND would otherwise count into the first one's. */
+#ifdef FOREIGN_LATE
+static unsigned long foreign_calls_made;
+#else
 extern unsigned long foreign_calls_made;
 unsigned long foreign_calls_made;
+#endif
 int late_munmap(void *a, size_t l);
 
 static long raw(long n, long a, long b, long c, long d, long e, long f)
