@@ -156,6 +156,13 @@ static const char *tool_in_process(void)
 {
 	if (mrmgr__patch_test_flags & MRMGR__PATCH_TEST_IGNORE_TOOLS)
 		return NULL;
+#if defined(__SANITIZE_THREAD__)
+	/* libmrmgr itself built with TSan (the tsan CI job): its atomics on
+	 * libc's text go through TSan's shadow, which text does not have
+	 * (the install crashed). A TSan program with a plain libmrmgr is
+	 * patched. */
+	return "libmrmgr built with ThreadSanitizer";
+#endif
 	if (dl_iterate_phdr(dso_named, (void *)"vgpreload"))
 		return "valgrind";
 	return NULL;
