@@ -118,6 +118,11 @@ extern const struct drv_ops ucx_drv;
 /* compare_dev.c: the bench device on libmrmgr's device seam. */
 struct ibv_pd;
 int bdev_open(const struct cost_model *cost, struct ibv_pd **pd);
+/* Both caches' device work per registration (compare_dev.c). */
+struct ibv_mr *bench_mr_make(const struct cost_model *cost, uint64_t *regs,
+			     uint64_t *pages, uint32_t *next_key, void *addr,
+			     size_t len);
+void bench_mr_drop(struct ibv_mr *mr);
 void bdev_close(struct ibv_pd *pd);
 /* Registration calls (reg + translation-changing rereg) and pages. */
 void bdev_counts(struct ibv_pd *pd, uint64_t *regs, uint64_t *pages);

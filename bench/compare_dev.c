@@ -62,36 +62,61 @@ static int b_query(struct ibv_context *ctx, struct mrmgr_device_attr *attr)
 	return 0;
 }
 
-static void charge(struct bdev *b, size_t len)
+static void charge(const struct cost_model *cost, uint64_t *regs,
+		   uint64_t *pages, size_t len)
 {
-	busy_wait_ns(model_ns(&b->cost, len));
-	__atomic_add_fetch(&b->regs, 1, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&b->pages, (len + PG - 1) / PG, __ATOMIC_RELAXED);
+	busy_wait_ns(model_ns(cost, len));
+	__atomic_add_fetch(regs, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(pages, (len + PG - 1) / PG, __ATOMIC_RELAXED);
+}
+
+/*
+ * What both caches' registration does besides the cost model, the same
+ * code for both (compare_ucx.c's callback calls it too): the MR object a
+ * provider's ibv_reg_mr() allocates, its key, and the counts (atomic:
+ * libmrmgr registers outside its lock). Before, only this device
+ * allocated and counted atomically, and UCX's callback did neither: ~40
+ * ns of device work on one side of the zero-cost row (doc/perf.md).
+ */
+struct ibv_mr *bench_mr_make(const struct cost_model *cost, uint64_t *regs,
+			     uint64_t *pages, uint32_t *next_key, void *addr,
+			     size_t len)
+{
+	struct ibv_mr *mr = calloc(1, sizeof(*mr));
+
+	if (!mr)
+		return NULL;
+	charge(cost, regs, pages, len);
+	mr->addr = addr;
+	mr->length = len;
+	mr->lkey = mr->rkey = __atomic_add_fetch(next_key, 1, __ATOMIC_RELAXED);
+	return mr;
+}
+
+void bench_mr_drop(struct ibv_mr *mr)
+{
+	free(mr);
 }
 
 static int b_reg(struct ibv_pd *pd, void *addr, size_t len, int access,
 		 struct ibv_mr **mrp)
 {
 	struct bdev *b = bdev_of(pd->context);
-	struct ibv_mr *mr = calloc(1, sizeof(*mr));
+	struct ibv_mr *mr = bench_mr_make(&b->cost, &b->regs, &b->pages,
+					  &b->next_key, addr, len);
 
 	(void)access;
 	if (!mr)
 		return ENOMEM;
-	charge(b, len);
 	mr->context = pd->context;
 	mr->pd = pd;
-	mr->addr = addr;
-	mr->length = len;
-	mr->lkey = mr->rkey =
-		__atomic_add_fetch(&b->next_key, 1, __ATOMIC_RELAXED);
 	*mrp = mr;
 	return 0;
 }
 
 static int b_dereg(struct ibv_mr *mr)
 {
-	free(mr);
+	bench_mr_drop(mr);
 	return 0;
 }
 
@@ -107,7 +132,9 @@ static int b_rereg(struct ibv_mr *mr, int flags, struct ibv_pd *pd,
 		mr->pd = pd;
 	}
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-		charge(bdev_of(mr->context), len);
+		struct bdev *b = bdev_of(mr->context);
+
+		charge(&b->cost, &b->regs, &b->pages, len);
 		mr->addr = addr;
 		mr->length = len;
 	}

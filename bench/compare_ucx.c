@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <infiniband/verbs.h>
 #include <ucm/api/ucm.h>
 #include <ucs/memory/rcache.h>
 
@@ -71,12 +72,15 @@ struct drv {
 	ucs_rcache_t *rc;
 	struct cost_model cost;
 	uint64_t regs, pages;
+	uint32_t next_key;
 	int events; /* UCM delivers unmap events */
 };
 
-/* A region and what a UCX transport keeps in its memh. */
+/* A region and what a UCX transport keeps in its memh: the MR and its
+ * key, copied (a hit reads the key without the MR). */
 struct u_region {
 	ucs_rcache_region_t super;
+	struct ibv_mr *mr;
 	uint32_t lkey;
 };
 
@@ -84,15 +88,19 @@ static ucs_status_t u_mem_reg(void *context, ucs_rcache_t *rc, void *arg,
 			      ucs_rcache_region_t *region, uint16_t flags)
 {
 	struct drv *d = context;
+	struct u_region *u = (struct u_region *)region;
 	size_t len = region->super.end - region->super.start;
 
 	(void)rc;
 	(void)arg;
 	(void)flags;
-	busy_wait_ns(model_ns(&d->cost, len));
-	((struct u_region *)region)->lkey = (uint32_t)(region->super.start >> 12);
-	d->regs++; /* called under the rcache's write lock */
-	d->pages += len / PG;
+	/* The same device work as libmrmgr's bench device (bench_mr_make():
+	 * the MR object ibv_reg_mr() allocates, its key, the counts). */
+	u->mr = bench_mr_make(&d->cost, &d->regs, &d->pages, &d->next_key,
+			      (void *)region->super.start, len);
+	if (!u->mr)
+		return UCS_ERR_NO_MEMORY;
+	u->lkey = u->mr->lkey;
 	return UCS_OK;
 }
 
@@ -101,7 +109,7 @@ static void u_mem_dereg(void *context, ucs_rcache_t *rc,
 {
 	(void)context;
 	(void)rc;
-	(void)region;
+	bench_mr_drop(((struct u_region *)region)->mr);
 }
 
 static void u_dump(void *context, ucs_rcache_t *rc,
