@@ -15,7 +15,7 @@
  *     its GOT/PLT slots, R_*_JUMP_SLOT and R_*_GLOB_DAT relocations of
  *     that name whose value is the definition, or, not yet bound (lazy),
  *     would be -- to a wrapper here that reports the call's ranges before
- *     and after it (the chaining hooks' bodies, patch_hooks.c) and calls
+ *     and after it (the chaining hooks' bodies, patch_hooks_chain.c) and calls
  *     the definition: both sides, as for glibc's own calls;
  *   - when a definition cannot be followed (no room, a slot that cannot
  *     be written), say so once and stop vouching: the default mode then

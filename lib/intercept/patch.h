@@ -11,8 +11,10 @@
  *                   (on a miss, on mprotect), every cache invalidated,
  *                   chained on top again
  *   patch_image.c   libc's symbol table, executable addresses
- *   patch_hooks.c   the hooks: issue the system call (or chain to another
- *                   patcher's), report before and after
+ *   patch_hooks.c   the hooks: issue the system call, report before and
+ *                   after (patch_hooks.h: what the two hook files share)
+ *   patch_hooks_chain.c  the same around another patcher's code (chained),
+ *                   and around the memory calls other objects define
  *   patch_x86_64.c  recognising a prologue, encoding the jump, the atomic store
  *   patch_aarch64.c the same for aarch64
  *
@@ -95,7 +97,7 @@ extern unsigned int mrmgr__patch_probe_on, mrmgr__patch_probe_seen;
 #define MRMGR__PATCH_SBRK_PROBE INTPTR_MIN
 
 /* The chaining hooks' bodies around next, for follow.c's wrappers of
- * the memory calls another object defines (patch_hooks.c). */
+ * the memory calls another object defines (patch_hooks_chain.c). */
 int mrmgr__follow_munmap(uintptr_t next, void *a, size_t l);
 void *mrmgr__follow_mremap(uintptr_t next, void *o, size_t ol, size_t nl,
 			   int f, void *d);

@@ -24,7 +24,7 @@
  *                               destination with MREMAP_FIXED
  *   shmat with SHM_REMAP        the segment's extent at the address
  *   shmdt, brk/sbrk shrinking   the range they drop
- * (mremap's ranges need its lengths: patch_hooks.c's mremap_spans();
+ * (mremap's ranges need its lengths: patch_hooks.h's mremap_spans();
  * libmrmgr_hooks.so reports the whole old range whatever the flags.)
  * Not libc calls, so no interposer sees them (doc/monitor.md, the
  * per-mode table): process_madvise() (the kernel takes only part of
