@@ -20,6 +20,8 @@
  * sanitizer there are no hooks: the rows then measure glibc's malloc,
  * and the program says so.
  */
+#include "config.h"
+
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>

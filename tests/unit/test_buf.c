@@ -8,6 +8,8 @@
  *
  * SPDX-License-Identifier: MIT
  */
+#include "config.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
