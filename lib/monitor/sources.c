@@ -45,10 +45,6 @@ static int patch_blind(void)
 	return patch_started() && mrmgr__follow_check();
 }
 
-static int sanitized(void)
-{
-	return mrmgr__patch_sanitizer && mrmgr__patch_sanitizer();
-}
 
 /*
  * The patched libc vouches only when every memory call the process
@@ -63,7 +59,7 @@ static int patch_src_start(int asked)
 	(void)asked; /* its own start retries nothing: a failure is final */
 	if (!mrmgr__patch_start)
 		return ENOSYS;
-	if (sanitized())
+	if (mrmgr__san_applies())
 		return EOPNOTSUPP;
 	err = mrmgr__patch_start();
 	return err ? err : mrmgr__follow_check();
@@ -74,12 +70,12 @@ static int patch_src_start(int asked)
 static int patch_src_quiet(void)
 {
 	return mrmgr__patch_quiet && mrmgr__patch_quiet() &&
-	       mrmgr__follow_quiet() && !sanitized();
+	       mrmgr__follow_quiet() && !mrmgr__san_applies();
 }
 
 static int patch_src_active(void)
 {
-	return !sanitized() && patch_started() && !mrmgr__follow_check();
+	return !mrmgr__san_applies() && patch_started() && !mrmgr__follow_check();
 }
 
 static int two(void)
@@ -108,7 +104,7 @@ static const char *patch_src_why(int err, int listed)
 		return "not used";
 	if (!mrmgr__patch_start)
 		return "not built in";
-	if (sanitized())
+	if (mrmgr__san_applies())
 		return "a sanitizer is in the process (not alone)";
 	if (patch_blind())
 		return "memory calls it cannot see (see the warning above)";
@@ -216,12 +212,12 @@ const struct mrmgr__mon_source mrmgr__src_external = {
  */
 int mrmgr__mon_auto_uffd(void)
 {
-	return !mrmgr__patch_start || sanitized() || patch_blind();
+	return !mrmgr__patch_start || mrmgr__san_applies() || patch_blind();
 }
 
 static void sanitizer_note(void)
 {
-	if (!mrmgr__patch_start || !sanitized())
+	if (!mrmgr__patch_start || !mrmgr__san_applies())
 		return;
 	/* A warning: the default's promise (both sides) is not kept here,
 	 * and the program's own mremap() may fail (EFAULT). */
