@@ -30,7 +30,12 @@
  *  - the @c struct @c ibv_pd passed to mrmgr_cache_create() must outlive
  *    the cache.
  * Cache hits take no lock that other hits contend on, allocate nothing and
- * make no system call.
+ * make no system call. A miss registers with the cache's lock released,
+ * so other threads' misses, puts and invalidations go ahead, once a
+ * second thread has taken that lock; while only one thread uses the
+ * cache's lock, a miss keeps it (nobody could go ahead), and the first
+ * call from another thread that needs it may wait for the one
+ * registration under way.
  *
  * @par Memory events: the guarantee
  * @anchor monitor

@@ -267,7 +267,7 @@ MRMGR_EXPORT int mrmgr_cache_destroy_ex(mrmgr_cache_t *c, uint64_t flags)
 
 void mrmgr__core_lock(struct mrmgr_cache *c)
 {
-	pthread_mutex_lock(&c->lock);
+	mrmgr__cache_lock(c);
 }
 
 void mrmgr__core_unlock(struct mrmgr_cache *c)

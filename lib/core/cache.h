@@ -30,6 +30,13 @@
 
 struct mrmgr__stale;
 
+/* mrmgr_cache::lockers: the threads that have taken the cache lock. */
+enum mrmgr__lockers {
+	MRMGR__LOCKER_NONE,  /* none yet */
+	MRMGR__LOCKER_ONE,   /* lock_owner only */
+	MRMGR__LOCKER_MANY,  /* a second thread too (for good) */
+};
+
 /*
  * A miss registering [start, last] with the cache lock released
  * (miss.c): other misses that would register an overlapping range wait
@@ -118,11 +125,29 @@ struct mrmgr_cache {
 					  * without the lock (miss.c) */
 	pthread_cond_t inflight_done;    /* one of them ended */
 	unsigned int inflight_waiters;   /* threads waiting on it (lock) */
+	/* Who has taken the lock (mrmgr__cache_lock()): while only one
+	 * thread has, a miss keeps it while it registers (miss.c). */
+	enum mrmgr__lockers lockers;
+	pthread_t lock_owner;            /* the one, when MRMGR__LOCKER_ONE */
 	struct mrmgr_region *reap;       /* eviction's victims, to deregister
 					  * (retire.c; room.c) */
 	struct ibv_mr **deferred;        /* dereg.c: failed deregistrations */
 	size_t ndeferred, deferred_cap;
 };
+
+void mrmgr__cache_note_locker(struct mrmgr_cache *c);
+
+/*
+ * Take the cache lock, counting the threads that take it: a miss keeps
+ * the lock while it registers until a second thread has taken it
+ * (miss.c). Once two have, the count costs a load per lock.
+ */
+static inline void mrmgr__cache_lock(struct mrmgr_cache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (mrmgr__unlikely(c->lockers != MRMGR__LOCKER_MANY))
+		mrmgr__cache_note_locker(c);
+}
 
 /*
  * mrmgr_cache::ext_hooks: which of the hooks every miss may call some busy

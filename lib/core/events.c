@@ -84,7 +84,7 @@ MRMGR_EXPORT int mrmgr_cache_query_monitor(mrmgr_cache_t *c,
 		return EINVAL;
 	}
 	memset(&m, 0, sizeof(m));
-	pthread_mutex_lock(&c->lock);
+	mrmgr__cache_lock(c);
 	mrmgr__mon_info_cache(&c->mon, &m);
 	pthread_mutex_unlock(&c->lock);
 	mrmgr__mon_info(&m);

@@ -217,7 +217,7 @@ get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr, size_t length,
 			goto got;
 	}
 
-	pthread_mutex_lock(&c->lock);
+	mrmgr__cache_lock(c);
 	ret = get_pd_locked(c, NULL, start, last, access, slot,
 			    MRMGR__GET_MAY_UNLOCK, miss_seq, &r);
 	pthread_mutex_unlock(&c->lock);

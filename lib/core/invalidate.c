@@ -78,7 +78,7 @@ MRMGR_EXPORT int mrmgr_invalidate(mrmgr_cache_t *c, void *addr, size_t length)
 			  ((uint64_t)1 << c->page_shift) - 1, &start, &last);
 	if (ret)
 		return ret;
-	pthread_mutex_lock(&c->lock);
+	mrmgr__cache_lock(c);
 	mrmgr__core_invalidate_locked(c, start, last);
 	pthread_mutex_unlock(&c->lock);
 	return 0;

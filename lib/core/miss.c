@@ -179,13 +179,22 @@ void mrmgr__core_dereg_extra(struct mrmgr_cache *c, struct ibv_mr *mr,
  * limits count a reservation's region and bytes from the start, so
  * concurrent misses never overshoot them together.
  *
- * In a process with one thread nobody could go ahead meanwhile: the
- * lock is kept, as on the paths that must keep it (a lock pair, the
- * reservation and its end less per miss: about 5% of a zero-cost miss).
- * glibc clears __libc_single_threaded at the first pthread_create() and
- * never sets it again, so a second thread's first miss already finds
- * the lock released around registrations; libcs without it (glibc
- * before 2.32, musl) always release it.
+ * While only one thread has ever taken this cache's lock, nobody could go
+ * ahead meanwhile: the lock is kept, as on the paths that must keep it
+ * (a lock pair, the reservation and its end less per miss: about 10% of
+ * a zero-cost miss in a process with threads, where each lock round is
+ * a bus-locked instruction and more). That is the usual MPI process: one
+ * thread (the progress thread, or the only one calling MPI) gets and
+ * puts, while others compute, allocate and free; their memory calls
+ * reach the cache as events, lock-free, and its hits and puts are
+ * lock-free too. The first time another thread takes the lock (a miss,
+ * a put of a region's last user, an invalidation, a drain of events,
+ * the statistics), the cache counts two lockers for good, and from then
+ * on every miss releases the lock around its registration. That thread
+ * waits, that once, for the registration under way when it came. A
+ * process with one thread (glibc's __libc_single_threaded, cleared at
+ * the first pthread_create(); libcs without it always ask the cache)
+ * keeps the lock without asking.
  */
 static inline int one_thread(void)
 {
@@ -528,7 +537,8 @@ int mrmgr__cache_miss(struct mrmgr_cache *c, struct ibv_pd *pd, uint64_t start,
 	x.pd = pd;
 	x.cacheable = !(c->cfg.flags & MRMGR_CACHE_DISABLE);
 	x.unlock = (gflags & MRMGR__GET_MAY_UNLOCK) &&
-		   !(c->flags & MRMGR__CACHE_EXT_GET) && !one_thread();
+		   !(c->flags & MRMGR__CACHE_EXT_GET) &&
+		   c->lockers == MRMGR__LOCKER_MANY && !one_thread();
 	x.reserved = 0;
 	x.mr = NULL;
 

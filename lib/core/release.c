@@ -60,7 +60,7 @@ int mrmgr__put_checked(struct mrmgr_region *r)
 
 	if (!(c->flags & MRMGR_CACHE_CHECK))
 		return 0;
-	pthread_mutex_lock(&c->lock);
+	mrmgr__cache_lock(c);
 	state = mrmgr__region_state(r);
 	if (state == MRMGR__REGION_FREE)
 		refuse(c, r, "was released already");
@@ -113,7 +113,7 @@ MRMGR_EXPORT void mrmgr_put(mrmgr_region_t *region)
 /* A put found the region not live: see whether that was its last user. */
 void mrmgr__cache_put_slow(struct mrmgr_cache *c, struct mrmgr_region *r)
 {
-	pthread_mutex_lock(&c->lock);
+	mrmgr__cache_lock(c);
 	/* Under the lock the state is stable; FREE or a recycled LIVE region
 	 * means someone else already released it (a put after that was
 	 * one too many: check.c). */

@@ -459,7 +459,7 @@ int mrmgr__stale_get(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 	*out = r;
 	if (!s || r->kind != MRMGR__REGION_PINNED)
 		return 0; /* ODP is never stale */
-	pthread_mutex_lock(&c->lock);
+	mrmgr__cache_lock(c);
 	rc = *find(s, r);
 	/* Grown in place (a new registration: rereg pinned what is there),
 	 * or made before the record could be read: record now. */
@@ -599,7 +599,7 @@ static void stale_invalidated(struct mrmgr_cache *c, struct mrmgr_region *r)
 
 static void stale_stats(struct mrmgr_cache *c, struct mrmgr_stats *st)
 {
-	pthread_mutex_lock(&c->lock);
+	mrmgr__cache_lock(c);
 	st->stale_checks = c->stale->checks;
 	st->stale_hits = c->stale->stale_hits;
 	pthread_mutex_unlock(&c->lock);

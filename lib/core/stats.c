@@ -23,7 +23,7 @@ MRMGR_EXPORT int mrmgr_cache_query_stats(mrmgr_cache_t *c,
 			   !c ? "NULL cache" : !stats ? "NULL stats" : "size 0");
 		return EINVAL;
 	}
-	pthread_mutex_lock(&c->lock);
+	mrmgr__cache_lock(c);
 	/* First: adding the references up may find double puts (check.c). */
 	in_use = mrmgr__cache_regions_in_use(c);
 	s = c->st;

@@ -5,6 +5,11 @@
  * a registration under way is honoured, eviction's deregistrations leave
  * the lock too.
  *
+ * The lock is released only once a second thread has taken it (miss.c):
+ * a cache only one thread has locked keeps it while registering. The
+ * tests whose registering getter would be the first locker take the lock
+ * in the test's thread first (locked_here_first()).
+ *
  * The tests wrap the cache's device operations so that a chosen registration or
  * deregistration blocks until the test lets it go: what must happen while
  * it is blocked either happens (the test goes on) or deadlocks (the
@@ -125,6 +130,18 @@ static int is_cached(mrmgr_cache_t *c, void *p)
 	return in;
 }
 
+/*
+ * The cache lock taken in this thread first (the statistics take it): a
+ * getter's miss is then a second thread's, registered with the lock
+ * released. Without it the getter, first to lock, keeps the lock while
+ * it registers and the test's own calls would wait for it.
+ */
+static void locked_here_first(mrmgr_cache_t *c)
+{
+	(void)cstats(c);
+	cr_assert_eq(c->lockers, MRMGR__LOCKER_ONE);
+}
+
 /* While one registration is under way, misses on other ranges, hits and
  * puts go ahead (under the lock they would wait: the test would hang). */
 Test(miss, other_ranges_proceed_during_a_registration, .timeout = 60)
@@ -188,6 +205,7 @@ Test(miss, same_range_registers_once, .timeout = 60)
 	struct getter x, y, z;
 
 	fx_open(&f, NULL, &a);
+	locked_here_first(f.cache);
 	gate_install(f.cache);
 	gate_arm(buf);
 	getter_start(&x, f.cache, buf, 64 * KiB);
@@ -226,6 +244,7 @@ Test(miss, invalidate_during_registration_is_honoured, .timeout = 60)
 	mrmgr_region_t *r;
 
 	fx_open(&f, NULL, &a);
+	locked_here_first(f.cache);
 	gate_install(f.cache);
 	gate_arm(buf);
 	getter_start(&x, f.cache, buf, 64 * KiB);
@@ -257,6 +276,7 @@ Test(miss, memory_event_during_registration_is_honoured, .timeout = 60)
 	struct getter x;
 
 	fx_open(&f, NULL, &a);
+	locked_here_first(f.cache);
 	gate_install(f.cache);
 	gate_arm(buf);
 	getter_start(&x, f.cache, buf, 64 * KiB);
@@ -311,6 +331,58 @@ Test(miss, eviction_deregisters_outside_the_lock, .timeout = 60)
 	gate_remove(f.cache);
 	fx_close(&f);
 	munmap(buf, 16 * 64 * KiB);
+}
+
+/*
+ * A cache only one thread has locked keeps the lock while it registers
+ * (nobody could go ahead); the first time a second thread takes it, the
+ * cache counts two lockers for good and later misses release it: a
+ * registration under way then leaves it free, and other misses proceed.
+ */
+Test(miss, the_lock_is_kept_until_a_second_thread_takes_it, .timeout = 60)
+{
+	struct fixture f;
+	struct mrmgr_cache_attr a = attr(100, MRMGR_MONITOR_EXTERNAL);
+	char *buf = map_rw(8 * 64 * KiB, 0);
+	struct getter x, y;
+	mrmgr_region_t *r;
+
+	fx_open(&f, NULL, &a);
+	gate_install(f.cache);
+	cr_assert_eq(f.cache->lockers, MRMGR__LOCKER_NONE);
+	/* x alone locks the cache: its registration keeps the lock. */
+	gate_arm(buf);
+	getter_start(&x, f.cache, buf, 64 * KiB);
+	sem_wait(&g.entered);
+	cr_assert_eq(pthread_mutex_trylock(&f.cache->lock), EBUSY,
+		     "one locker: the lock is kept while registering");
+	sem_post(&g.release);
+	getter_join(&x);
+	cr_assert_eq(f.cache->lockers, MRMGR__LOCKER_ONE);
+	cr_assert(pthread_equal(f.cache->lock_owner, x.t));
+	cr_assert(is_cached(f.cache, buf));
+	mrmgr_put(x.r);
+	/* This thread's miss is the second locker's. */
+	cr_assert_eq(mrmgr_get(f.cache, buf + 2 * 64 * KiB, 4 * KiB, RW, &r), 0);
+	mrmgr_put(r);
+	cr_assert_eq(f.cache->lockers, MRMGR__LOCKER_MANY);
+	/* From now on a registration under way leaves the lock free. */
+	gate_arm(buf + 4 * 64 * KiB);
+	getter_start(&y, f.cache, buf + 4 * 64 * KiB, 64 * KiB);
+	sem_wait(&g.entered);
+	cr_assert_eq(pthread_mutex_trylock(&f.cache->lock), 0,
+		     "two lockers: the lock is released while registering");
+	pthread_mutex_unlock(&f.cache->lock);
+	cr_assert_eq(mrmgr_get(f.cache, buf + 6 * 64 * KiB, 4 * KiB, RW, &r), 0);
+	mrmgr_put(r);
+	sem_post(&g.release);
+	getter_join(&y);
+	cr_assert(is_cached(f.cache, buf + 4 * 64 * KiB));
+	mrmgr_put(y.r);
+	cr_assert_eq(cstats(f.cache).registrations, 4);
+	gate_remove(f.cache);
+	fx_close(&f);
+	munmap(buf, 8 * 64 * KiB);
 }
 
 /* Many threads, overlapping and distinct ranges, invalidations: every
