@@ -5,16 +5,20 @@
  * children; callgrind, perf and strace see everything). Prints ns per
  * miss. The timed loop is churn_loop() (callgrind --toggle-collect).
  *
- *   build/bench/misschurn [OPS] [text]
+ *   build/bench/misschurn [OPS] [text|threads]
  *
  * "text" makes ioctl(PROCMAP_QUERY) fail with ENOTTY (a seccomp filter),
  * as on kernels before 6.11: the library reads /proc/self/maps instead.
+ * "threads" first runs two threads that get and put once each and exit,
+ * as compare's hit section does before its miss section (make bench's
+ * order): the process is threaded and two more stripes were given.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +61,47 @@ static int force_maps_text(void)
 	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
 		return errno;
 	return 0;
+}
+
+struct once_arg {
+	mrmgr_cache_t *c;
+	char *p;
+	pthread_barrier_t *bar;
+};
+
+/* One get and put from a thread of its own, which then exits. */
+static void *get_once(void *arg)
+{
+	struct once_arg *a = arg;
+	mrmgr_region_t *reg;
+
+	if (!mrmgr_get(a->c, a->p, REGION_LEN, ACCESS, &reg))
+		mrmgr_put(reg);
+	pthread_barrier_wait(a->bar); /* both alive: two stripes */
+	return NULL;
+}
+
+/* Two such threads at once (so they take two stripes) on a cache of
+ * their own, as compare's hit section has its own caches; then joined. */
+static void threads_once(struct ibv_pd *pd, char *base)
+{
+	mrmgr_cache_t *c;
+	struct once_arg a[2];
+	pthread_barrier_t bar;
+	pthread_t t[2];
+
+	if (mrmgr_cache_create(pd, NULL, &c) ||
+	    pthread_barrier_init(&bar, NULL, 2))
+		exit(1);
+	a[0] = (struct once_arg){ c, base, &bar };
+	a[1] = (struct once_arg){ c, base + STRIDE, &bar };
+	for (int i = 0; i < 2; i++)
+		if (pthread_create(&t[i], NULL, get_once, &a[i]))
+			exit(1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	pthread_barrier_destroy(&bar);
+	mrmgr_cache_destroy(c);
 }
 
 __attribute__((noinline)) static void churn_loop(mrmgr_cache_t *c, char *base,
@@ -115,6 +160,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "open: %s\n", strerror(ret));
 		return 1;
 	}
+	if (argc > 2 && !strcmp(argv[2], "threads"))
+		threads_once(pd, base);
 	churn_loop(c, base, 3 * LIMIT, &seed); /* fill */
 	bdev_counts(pd, &regs0, &pages);
 	t0 = now_ns();

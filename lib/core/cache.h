@@ -128,7 +128,7 @@ struct mrmgr_cache {
 	/* Who has taken the lock (mrmgr__cache_lock()): while only one
 	 * thread has, a miss keeps it while it registers (miss.c). */
 	enum mrmgr__lockers lockers;
-	pthread_t lock_owner;            /* the one, when MRMGR__LOCKER_ONE */
+	uintptr_t lock_owner;            /* the one (mrmgr__cache_locker()) */
 	struct mrmgr_region *reap;       /* eviction's victims, to deregister
 					  * (retire.c; room.c) */
 	struct ibv_mr **deferred;        /* dereg.c: failed deregistrations */
@@ -138,14 +138,27 @@ struct mrmgr_cache {
 void mrmgr__cache_note_locker(struct mrmgr_cache *c);
 
 /*
+ * The calling thread, as the lockers count knows it: the address of one
+ * of its thread-local variables (no call, unlike pthread_self()). A
+ * thread that starts after another ended may get the same one; the two
+ * never lock at once, which is all the count is about.
+ */
+static inline uintptr_t mrmgr__cache_locker(void)
+{
+	return (uintptr_t)&mrmgr__tls_slot;
+}
+
+/*
  * Take the cache lock, counting the threads that take it: a miss keeps
  * the lock while it registers until a second thread has taken it
- * (miss.c). Once two have, the count costs a load per lock.
+ * (miss.c). Once two have, the count costs a load per lock; until then
+ * a compare with the one.
  */
 static inline void mrmgr__cache_lock(struct mrmgr_cache *c)
 {
 	pthread_mutex_lock(&c->lock);
-	if (mrmgr__unlikely(c->lockers != MRMGR__LOCKER_MANY))
+	if (mrmgr__unlikely(c->lockers != MRMGR__LOCKER_MANY) &&
+	    c->lock_owner != mrmgr__cache_locker())
 		mrmgr__cache_note_locker(c);
 }
 

@@ -14,14 +14,13 @@
 #include "cache.h"
 #include "log.h"
 
+/* A thread other than the one (if any) took the lock. */
 void mrmgr__cache_note_locker(struct mrmgr_cache *c)
 {
-	pthread_t me = pthread_self();
-
 	if (c->lockers == MRMGR__LOCKER_NONE) {
-		c->lock_owner = me;
+		c->lock_owner = mrmgr__cache_locker();
 		c->lockers = MRMGR__LOCKER_ONE;
-	} else if (!pthread_equal(c->lock_owner, me)) {
+	} else {
 		c->lockers = MRMGR__LOCKER_MANY;
 		mrmgr__dbg("cache %p: a second thread took its lock; misses "
 			   "register with it released from now on", (void *)c);
