@@ -174,6 +174,10 @@ struct result {
 	double lin_calls, lin_pages, lin_ns;  /* 4 KiB x N */
 	double sim_cost[2];   /* libmrmgr child only: default, NO_PIN */
 	double unwatched;                     /* gets served uncached */
+	/* At the zero-cost churn: 1 when the process had never been
+	 * threaded (glibc's __libc_single_threaded), 0 when it had, -1
+	 * unknown. */
+	double churn_single;
 };
 extern struct result res; /* the child's */
 

@@ -201,6 +201,16 @@ static void miss_tables(const char *const *names, size_t nimpl,
 			CSV(miss_tput[ti], "miss", "threads-distinct", 1000,
 			    1 << ti, names[k], "ops_per_s");
 	}
+	printf("\nthe process at the zero-cost churn:");
+	for (size_t k = 0; k < nimpl; k++)
+		printf(" %s %s;", names[k],
+		       med[k].churn_single > 0	 ? "never threaded"
+		       : med[k].churn_single == 0 ? "threaded before"
+						  : "unknown");
+	printf(" a process never threaded runs glibc's locks without "
+	       "bus-locked instructions, and UCX's rcache starts a thread of "
+	       "its own (ucs_async): the row compares like with like after "
+	       "the hit section's threads (make bench's order)\n");
 	if (have[M] && med[M].sim_cost[0])
 		printf("\nthe simulated HCA's own reg + dereg of 64 KiB at zero "
 		       "modelled cost: %.0f ns (default flags), %.0f ns "
@@ -380,6 +390,13 @@ void print_summary(void)
 			printf("|   (the same: the median of each repetition's "
 			       "ratio, its two children run back to back) | | "
 			       "| %.2f | | | |\n", zero_pair_ratio);
+		if ((opt.sections & (1u << SEC_MISS)) && have[U] &&
+		    m->churn_single != u->churn_single)
+			printf("|   (NOT like with like: libmrmgr's process had "
+			       "%s threaded, UCX's %s) | | | | | | |\n",
+			       m->churn_single > 0 ? "never been" : "been",
+			       u->churn_single > 0 ? "had never been"
+						   : "had been");
 		row("misses from 2 threads: throughput over 1 thread's",
 		    SEC_MISS, m->miss_tput[1] / m->miss_tput[0],
 		    have[U] ? u->miss_tput[1] / u->miss_tput[0] : 0, ">= 1.8",

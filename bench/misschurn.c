@@ -5,13 +5,17 @@
  * children; callgrind, perf and strace see everything). Prints ns per
  * miss. The timed loop is churn_loop() (callgrind --toggle-collect).
  *
- *   build/bench/misschurn [OPS] [text|threads]
+ *   build/bench/misschurn [OPS] [text|thread|threads]
  *
  * "text" makes ioctl(PROCMAP_QUERY) fail with ENOTTY (a seccomp filter),
  * as on kernels before 6.11: the library reads /proc/self/maps instead.
  * "threads" first runs two threads that get and put once each and exit,
  * as compare's hit section does before its miss section (make bench's
  * order): the process is threaded and two more stripes were given.
+ * "thread" starts and joins one thread that calls nothing of libmrmgr:
+ * the process is threaded (glibc's locks are bus-locked from then on,
+ * as in any UCX process), and no stripe was given. bench/misschurn-ab.sh
+ * sets these apart, run against run.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -104,6 +108,20 @@ static void threads_once(struct ibv_pd *pd, char *base)
 	mrmgr_cache_destroy(c);
 }
 
+static void *idle(void *arg)
+{
+	return arg;
+}
+
+/* The process becomes threaded; libmrmgr sees nothing of it. */
+static void thread_once(void)
+{
+	pthread_t t;
+
+	if (pthread_create(&t, NULL, idle, NULL) || pthread_join(t, NULL))
+		exit(1);
+}
+
 __attribute__((noinline)) static void churn_loop(mrmgr_cache_t *c, char *base,
 						  uint64_t n, uint64_t *seed)
 {
@@ -162,6 +180,8 @@ int main(int argc, char **argv)
 	}
 	if (argc > 2 && !strcmp(argv[2], "threads"))
 		threads_once(pd, base);
+	if (argc > 2 && !strcmp(argv[2], "thread"))
+		thread_once();
 	churn_loop(c, base, 3 * LIMIT, &seed); /* fill */
 	bdev_counts(pd, &regs0, &pages);
 	t0 = now_ns();
