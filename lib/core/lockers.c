@@ -9,7 +9,6 @@
  */
 #include "config.h"
 
-
 #include "cache.h"
 #include "log.h"
 
