@@ -9,6 +9,7 @@
 #ifndef MRMGR__SOURCE_H
 #define MRMGR__SOURCE_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -129,6 +130,19 @@ extern uint64_t mrmgr__san_reports; /* chunks reported past the filter */
 int mrmgr__san_applies(void);     /* a sanitizer is in the process */
 void mrmgr__san_note(void);       /* said when it starts (info) */
 const char *mrmgr__san_why(void); /* why it does not run */
+
+/* Why a range is not watched: the coverage decision's error codes
+ * (watch.c), each an errno a cache's monitor figures keep. */
+#define MRMGR__WERR_NO_SOURCE ENODEV
+#define MRMGR__WERR_SHARED EPERM
+#define MRMGR__WERR_FILE EMEDIUMTYPE
+#define MRMGR__WERR_HOLE EFAULT
+#define MRMGR__WERR_BUDGET EOVERFLOW
+
+/* [start, last] is not watched for err (one of the above, or what the
+ * kernel said): counted in m, said once per cause (unwatched.c). */
+void mrmgr__watch_unwatched(struct mrmgr__mon_cache *m, uint64_t start,
+			    uint64_t last, int err);
 
 /* The watch operations sources share (watch.c). */
 int mrmgr__watch_trusted(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,

@@ -255,12 +255,13 @@ void mrmgr__mon_known_drop(struct mrmgr__mon_cache *m, uint64_t s, uint64_t l)
 
 enum tx_kind { TX_NONE = 0, TX_UFFD, TX_TRUSTED };
 
-/* Error codes of the coverage decision: what the cause is called. */
-#define ERR_NO_SOURCE ENODEV
-#define ERR_SHARED EPERM
-#define ERR_FILE EMEDIUMTYPE
-#define ERR_HOLE EFAULT
-#define ERR_BUDGET EOVERFLOW
+/* Error codes of the coverage decision (source.h: unwatched.c names
+ * the cause). */
+#define ERR_NO_SOURCE MRMGR__WERR_NO_SOURCE
+#define ERR_SHARED MRMGR__WERR_SHARED
+#define ERR_FILE MRMGR__WERR_FILE
+#define ERR_HOLE MRMGR__WERR_HOLE
+#define ERR_BUDGET MRMGR__WERR_BUDGET
 
 static int kind_err(int kind)
 {
@@ -473,73 +474,6 @@ int mrmgr__watch_trusted(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
 	return 0;
 }
 
-static uint32_t cause_of(int err)
-{
-	switch (err) {
-	case ERR_NO_SOURCE:
-		return MRMGR_MONITOR_UNWATCHED_NO_SOURCE;
-	case ERR_SHARED:
-		return MRMGR_MONITOR_UNWATCHED_SHARED;
-	case ERR_FILE:
-		return MRMGR_MONITOR_UNWATCHED_FILE;
-	case ERR_HOLE:
-		return MRMGR_MONITOR_UNWATCHED_HOLE;
-	case ERR_BUDGET:
-		return MRMGR_MONITOR_UNWATCHED_BUDGET;
-	default:
-		return MRMGR_MONITOR_UNWATCHED_REFUSED;
-	}
-}
-
-static const char *cause_text(uint32_t cause)
-{
-	switch (cause) {
-	case MRMGR_MONITOR_UNWATCHED_NO_SOURCE:
-		return "no memory-event source runs for this cache's mode "
-		       "(see mrmgr_cache_query_monitor(): uffd_error, "
-		       "hooks_error)";
-	case MRMGR_MONITOR_UNWATCHED_SHARED:
-		return "shared memory (MAP_SHARED, shmem, memfd, SysV) can "
-		       "change through another mapping or process";
-	case MRMGR_MONITOR_UNWATCHED_FILE:
-		return "a private file mapping: truncating the file (from any "
-		       "process) replaces even its private pages, and nothing "
-		       "reports it (allocate RDMA buffers with malloc/mmap)";
-	case MRMGR_MONITOR_UNWATCHED_HOLE:
-		return "part of the range is not mapped";
-	case MRMGR_MONITOR_UNWATCHED_BUDGET:
-		return "the watch budget (a quarter of vm.max_map_count) is "
-		       "spent";
-	default:
-		return "the kernel refused the userfaultfd registration";
-	}
-}
-
-/* One warning per cause per process: what is lost is said once, loudly. */
-static uint32_t warned_causes;
-
-static void unwatched(struct mrmgr__mon_cache *m, uint64_t start,
-		      uint64_t last, int err)
-{
-	uint32_t cause = cause_of(err);
-
-	m->unwatched++;
-	m->unwatched_causes |= cause;
-	m->unwatched_error = err;
-	if (!(__atomic_fetch_or(&warned_causes, cause, __ATOMIC_RELAXED) & cause))
-		mrmgr__warn("monitor: [%#llx, +%llu) is not watched: %s; such "
-			    "gets are registered and deregistered every time, "
-			    "never cached (said once per cause; "
-			    "mrmgr_cache_query_monitor() counts them)",
-			    (unsigned long long)start,
-			    (unsigned long long)(last - start + 1),
-			    cause_text(cause));
-	else
-		mrmgr__dbg("monitor: [%#llx, %#llx] not watched (%s): not cached",
-			   (unsigned long long)start, (unsigned long long)last,
-			   strerror(err));
-}
-
 int mrmgr__watch_begin(struct mrmgr__mon_cache *m, uint64_t start,
 		       uint64_t last, struct mrmgr__watch_tx *tx)
 {
@@ -576,7 +510,7 @@ int mrmgr__watch_begin(struct mrmgr__mon_cache *m, uint64_t start,
 		pthread_mutex_unlock(&mrmgr__mon_lock);
 	}
 	if (err)
-		unwatched(m, start, last, err);
+		mrmgr__watch_unwatched(m, start, last, err);
 	return err;
 }
 
