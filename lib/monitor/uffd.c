@@ -23,11 +23,8 @@
  * the reader takes no lock, calls no allocator, logs nothing and never
  * unmaps anything: it only polls, reads and does atomic stores.
  *
- * Start-up: the delivery self-test maps three pages, registers them, and
- * has a helper thread discard one (REMOVE), move one (REMAP) and unmap the
- * rest (UNMAP) while this thread reads the descriptor with a timeout. If
- * an event does not come, the descriptor is closed (which releases the
- * helper) and the source is not used.
+ * Start-up: the delivery self-test (uffd_selftest.c); if it fails, the
+ * source is not used.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -54,11 +51,11 @@
 #include "log.h"
 #include "monitor.h"
 #include "procfs.h"
+#include "uffd.h"
 
 #define WANT_FEATURES                                                     \
 	(UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE |            \
 	 UFFD_FEATURE_EVENT_REMAP)
-#define SELFTEST_TIMEOUT_MS 2000
 #define READ_BATCH 32
 #define THREAD_STACK (256 * 1024)
 #define GUARD 4096
@@ -185,7 +182,7 @@ int mrmgr__uffd_internal(uint64_t start, uint64_t last)
 
 /* Threads of ours run on thread_stack; fall back to glibc's on EINVAL
  * (static TLS too large for it). */
-static int create_thread(pthread_t *t, void *(*fn)(void *), void *arg)
+int mrmgr__uffd_thread(pthread_t *t, void *(*fn)(void *), void *arg)
 {
 	pthread_attr_t a;
 	int err;
@@ -364,130 +361,6 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
-/* ------------------------------------------------------------ self-test */
-
-struct selftest {
-	char *base;       /* 3 pages, registered */
-	char *dest;       /* 1 page the middle one moves onto */
-	long page;
-};
-
-static void *selftest_helper(void *arg)
-{
-	struct selftest *t = arg;
-
-	/* Each call waits until the event is read. */
-	(void)madvise(t->base, (size_t)t->page, MADV_DONTNEED);
-	(void)mremap(t->base + t->page, (size_t)t->page, (size_t)t->page,
-		     MREMAP_MAYMOVE | MREMAP_FIXED, t->dest);
-	(void)munmap(t->base, 3 * (size_t)t->page);
-	return NULL;
-}
-
-static long ms_since(const struct timespec *t0)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
-}
-
-/* Read events until REMOVE, REMAP and UNMAP of the test pages came. */
-static int selftest_read(int fd, const struct selftest *t)
-{
-	uint64_t b = (uintptr_t)t->base;
-	unsigned int seen = 0;
-	struct timespec t0;
-	long timeout = (mrmgr__mon_test_flags & MRMGR__MON_TEST_DROP_EVENTS)
-			       ? 100 : SELFTEST_TIMEOUT_MS;
-
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (seen != 7) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		struct uffd_msg m;
-		long left = timeout - ms_since(&t0);
-		ssize_t r;
-
-		if (left <= 0)
-			return ETIMEDOUT;
-		if (poll(&p, 1, (int)left) < 0 && errno != EINTR)
-			return errno;
-		if (mrmgr__mon_test_flags & MRMGR__MON_TEST_DROP_EVENTS)
-			continue; /* pretend nothing arrives */
-		r = read(fd, &m, sizeof(m));
-		if (r != (ssize_t)sizeof(m))
-			continue;
-		if (m.event == UFFD_EVENT_REMOVE && m.arg.remove.start == b)
-			seen |= 1;
-		else if (m.event == UFFD_EVENT_REMAP &&
-			 m.arg.remap.from == b + (uint64_t)t->page)
-			seen |= 2;
-		else if (m.event == UFFD_EVENT_UNMAP &&
-			 m.arg.remove.start <= b && m.arg.remove.end > b)
-			seen |= 4;
-	}
-	return 0;
-}
-
-static int selftest(int fd)
-{
-	struct selftest t;
-	struct uffdio_register reg;
-	pthread_t helper;
-	int err;
-
-	t.page = sysconf(_SC_PAGESIZE);
-	t.base = mmap(NULL, 3 * (size_t)t.page, PROT_READ | PROT_WRITE,
-		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	t.dest = mmap(NULL, (size_t)t.page, PROT_READ | PROT_WRITE,
-		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (t.base == MAP_FAILED || t.dest == MAP_FAILED) {
-		err = ENOMEM;
-		goto out_unmap;
-	}
-	memset(t.base, 1, 3 * (size_t)t.page);
-	memset(&reg, 0, sizeof(reg));
-	reg.range.start = (uintptr_t)t.base;
-	reg.range.len = 3 * (uint64_t)t.page;
-	reg.mode = UFFDIO_REGISTER_MODE_WP;
-	if (ioctl(fd, UFFDIO_REGISTER, &reg)) {
-		err = errno;
-		goto out_unmap;
-	}
-	/* Touching a registered page must not fault to us. */
-	t.base[0] = 2;
-	err = create_thread(&helper, selftest_helper, &t);
-	if (err) {
-		struct uffdio_range r = { reg.range.start, reg.range.len };
-
-		(void)ioctl(fd, UFFDIO_UNREGISTER, &r);
-		goto out_unmap;
-	}
-	err = selftest_read(fd, &t);
-	if (err) {
-		/* Closing releases the helper from whichever wait it is in;
-		 * it then finishes with nothing registered. */
-		close(fd);
-	}
-	pthread_join(helper, NULL);
-	if (!err) {
-		/* The moved page took its registration along: drop it, or
-		 * unmapping it would wait for a reader that is not there. */
-		struct uffdio_range r = { (uintptr_t)t.dest, (uint64_t)t.page };
-
-		(void)ioctl(fd, UFFDIO_UNREGISTER, &r);
-	}
-	munmap(t.dest, (size_t)t.page);
-	return err ? -err : 0;
-
-out_unmap:
-	if (t.base != MAP_FAILED)
-		munmap(t.base, 3 * (size_t)t.page);
-	if (t.dest != MAP_FAILED)
-		munmap(t.dest, (size_t)t.page);
-	return -err;
-}
-
 /* ------------------------------------------------------------ start */
 
 static int start_reader(void)
@@ -502,7 +375,7 @@ static int start_reader(void)
 	 * program ever runs on it (handlers may take locks). */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	err = create_thread(&U.reader, reader_main, NULL);
+	err = mrmgr__uffd_thread(&U.reader, reader_main, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (err) {
 		close(U.stop_fd);
@@ -549,7 +422,7 @@ int mrmgr__uffd_start(int asked)
 	U.pid = mrmgr__getpid();
 	fd = under_valgrind() ? -ENOTSUP : open_negotiated(&U.flags, &U.features);
 	if (fd >= 0) {
-		ret = selftest(fd);
+		ret = mrmgr__uffd_selftest(fd);
 		if (ret < 0) {
 			fd = ret; /* selftest closed it on timeout */
 		} else {
