@@ -58,57 +58,17 @@
 #include "log.h"
 #include "monitor.h"
 #include "stale.h"
+#include "stale_rec.h"
 #include "vma.h"
 
 #define PM_PFN ((UINT64_C(1) << 55) - 1)
 #define PM_FILE (UINT64_C(1) << 61)
 #define PM_SWAP (UINT64_C(1) << 62)
 #define PM_PRESENT (UINT64_C(1) << 63)
-#define RECENT_EVENTS 8
 
 int mrmgr__stale_test_no_pfn;
 
-/* One piece of a mapping over a recorded range. */
-struct piece {
-	uint64_t start, end; /* [start, end) within the range */
-	uint64_t inode, dev, off; /* off: the file offset at start */
-	uint32_t kind;            /* MRMGR__VMA_F_ANON | _SHARED */
-};
-
-struct rec {
-	struct rec *next;
-	const struct mrmgr_region *r;
-	uint64_t gen, start, last;
-	uint64_t *pm;       /* identity of each page at registration */
-	struct piece *map;  /* without page frames: the mappings */
-	size_t nmap;
-	struct timespec born;
-	uint64_t queue_at;  /* the monitor's queue when it was recorded */
-	uint64_t gets;      /* verified gets */
-};
-
-struct mrmgr__stale {
-	int fd;        /* /proc/self/pagemap of pid */
-	pid_t pid;
-	int pfns;      /* page frames visible */
-	uint64_t mask; /* what of an entry is the identity */
-	struct rec **bucket;
-	size_t nbuckets, nrecs;
-	uint64_t checks, stale_hits, unrecorded;
-	struct timespec inval_at; /* the cache's last invalidation */
-	uint64_t inval_start, inval_last, invals;
-};
-
 static int said_blind; /* the "cannot see" line, once per process */
-
-static double since(const struct timespec *t)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (double)(now.tv_sec - t->tv_sec) +
-	       (double)(now.tv_nsec - t->tv_nsec) / 1e9;
-}
 
 /* pagemap of this process (again after a fork). */
 static int pagemap(struct mrmgr__stale *s)
@@ -322,89 +282,6 @@ static struct rec *record(struct mrmgr_cache *c, struct mrmgr_region *r)
 	return rc;
 }
 
-/* ------------------------------------------------------------ report */
-
-static const char *mode_name(uint32_t m)
-{
-	static const char *const names[] = { "auto", "uffd", "hooks",
-					     "external", "none", "patch" };
-
-	return m < sizeof(names) / sizeof(names[0]) ? names[m] : "?";
-}
-
-/* The monitor's last events, as text. */
-static void recent_events(char *buf, size_t len)
-{
-	uint64_t tail = mrmgr__mon_queue_tail(), s, l;
-	size_t at = 0;
-	int n = 0;
-
-	buf[0] = 0;
-	for (uint64_t i = tail; i > 0 && n < RECENT_EVENTS && at < len; i--) {
-		if (!mrmgr__mon_queue_read(i - 1, &s, &l))
-			break;
-		at += (size_t)snprintf(buf + at, len - at, "%s#%llu [%#llx, +%llu)",
-				       n ? ", " : "", (unsigned long long)(i - 1),
-				       (unsigned long long)s,
-				       (unsigned long long)(l - s + 1));
-		n++;
-	}
-	if (!n)
-		snprintf(buf, len, "none");
-}
-
-static void report(struct mrmgr_cache *c, const struct rec *rc,
-		   const struct mrmgr_region *r, uint64_t start, uint64_t last,
-		   uint64_t bad, uint64_t was, uint64_t now, const char *how)
-{
-	struct mrmgr__stale *s = c->stale;
-	char events[8 * 48], inval[96];
-
-	if (s->stale_hits > 1) {
-		mrmgr__dbg("stale hit #%llu at %#llx in region %p [%#llx, +%llu) "
-			   "of cache %p (%s): served a fresh registration",
-			   (unsigned long long)s->stale_hits,
-			   (unsigned long long)bad, (const void *)r,
-			   (unsigned long long)rc->start,
-			   (unsigned long long)(rc->last - rc->start + 1),
-			   (void *)c, how);
-		return;
-	}
-	recent_events(events, sizeof(events));
-	if (s->invals)
-		snprintf(inval, sizeof(inval), "%.6f s ago, of [%#llx, +%llu)",
-			 since(&s->inval_at), (unsigned long long)s->inval_start,
-			 (unsigned long long)(s->inval_last - s->inval_start + 1));
-	else
-		snprintf(inval, sizeof(inval), "never");
-	/* Three lines: one is at most 512 bytes (log.c). */
-	mrmgr__err("MRMGR_CHECK=stale: STALE HIT at %#llx: get [%#llx, +%llu) "
-		   "found region %p [%#llx, +%llu) of cache %p, whose page at "
-		   "%#llx is not the one it registered (%s %#llx at "
-		   "registration, %#llx now): an RDMA access through it would "
-		   "reach memory the program no longer has there",
-		   (unsigned long long)bad, (unsigned long long)start,
-		   (unsigned long long)(last - start + 1), (const void *)r,
-		   (unsigned long long)rc->start,
-		   (unsigned long long)(rc->last - rc->start + 1), (void *)c,
-		   (unsigned long long)bad, how, (unsigned long long)was,
-		   (unsigned long long)now);
-	mrmgr__err("MRMGR_CHECK=stale: the region's history: registered "
-		   "%.6f s ago (registration #%llu), got %llu times, this get "
-		   "included; the monitor (mode %s) queued %s event over it "
-		   "since; the cache's last invalidation: %s",
-		   since(&rc->born), (unsigned long long)rc->gen,
-		   (unsigned long long)rc->gets, mode_name(c->mon.mode),
-		   mrmgr__mon_queue_saw(rc->queue_at, rc->start, rc->last)
-			   ? "an" : "no",
-		   inval);
-	mrmgr__err("MRMGR_CHECK=stale: the monitor's last events: %s. The "
-		   "region is invalidated and the get served with a fresh "
-		   "registration; stale hits are counted in "
-		   "mrmgr_stats.stale_hits, later ones logged at debug level",
-		   events);
-}
-
 /* ------------------------------------------------------------ verify */
 
 /* Whether [start, last] still has rc's pages: 0, or the first address
@@ -480,7 +357,8 @@ int mrmgr__stale_get(struct mrmgr_cache *c, uint64_t start, uint64_t last,
 		if (mrmgr__region_state(r) == MRMGR__REGION_LIVE &&
 		    !mrmgr__mon_change_in_flight(rc->start, rc->last)) {
 			s->stale_hits++;
-			report(c, rc, r, start, last, bad, was, now, how);
+			mrmgr__stale_report(c, rc, r, start, last, bad, was,
+					    now, how);
 		}
 		mrmgr__core_invalidate_locked(c, rc->start, rc->last);
 		mrmgr__core_unref_locked(c, r, slot);
