@@ -173,9 +173,10 @@ struct mrmgr__sim_ctx {
 	struct mrmgr__sim_import *imp;
 };
 
-/* sim.c */
+/* sim_registry.c */
 /* The device behind ctx, or NULL (logged) when it is not an open sim. */
 struct mrmgr__sim_ctx *mrmgr__sim_ctx_get(struct ibv_context *ctx);
+/* sim.c */
 /* The sim PD behind pd, or NULL (logged). */
 struct mrmgr__sim_pd *mrmgr__sim_pd_get(struct ibv_pd *pd);
 /*
@@ -248,9 +249,12 @@ int mrmgr__sim_keys_renew(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m);
  * once (from a constructor, and again, harmlessly, at every open). */
 extern const struct mrmgr_device_ops mrmgr__sim_device_ops;
 void mrmgr__sim_device_register(void);
-/* sim.c: whether ctx is an open simulated device (the seam's
+/* sim_registry.c: whether ctx is an open simulated device (the seam's
  * owns_context). */
 int mrmgr__sim_is_context(const struct ibv_context *ctx);
+/* Open devices (sim_registry.c): add one (0 or ENOMEM), remove one. */
+int mrmgr__sim_registry_add(struct mrmgr__sim_ctx *sctx);
+void mrmgr__sim_registry_del(struct mrmgr__sim_ctx *sctx);
 
 /* sim_rereg.c: the device seam's rereg_mr. */
 /* sim_dmabuf.c: dma-buf registration (the device seam's reg_dmabuf_mr),
