@@ -191,17 +191,19 @@ int mrmgr__sim_fault_check_code(struct mrmgr__sim_ctx *sctx, uint32_t op,
 				void *addr, size_t length, unsigned int access,
 				int *rereg_code);
 
-/* sim_mr.c */
+/* sim_keys.c */
 /* The live MR of sctx whose rkey is rkey, or NULL. Lock held. */
 struct mrmgr__sim_mr *mrmgr__sim_mr_by_rkey(struct mrmgr__sim_ctx *sctx,
 					    uint32_t rkey);
 void mrmgr__sim_keys_fini(struct mrmgr__sim_ctx *sctx);
-/* The rules and bookkeeping of sim_mr.c, for sim_odp.c. */
+/* An MR's slot and keys (0 or ENOMEM: the key space is full), and its
+ * slot freed (reused after MRMGR__SIM_REUSE_DELAY others). Lock held. */
+int mrmgr__sim_slot_alloc(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m);
+void mrmgr__sim_slot_free(struct mrmgr__sim_ctx *sctx, uint32_t idx);
+/* sim_mr.c: its rules and bookkeeping, for sim_odp.c. */
 #define MRMGR__SIM_MR_MAGIC 0x73696d6du /* "simm" */
 int mrmgr__sim_check_reg(const struct mrmgr__sim_ctx *sctx, void *addr,
 			 size_t length, unsigned int access);
-int mrmgr__sim_slot_alloc(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m);
-void mrmgr__sim_slot_free(struct mrmgr__sim_ctx *sctx, uint32_t idx);
 void mrmgr__sim_busy_wait(uint64_t ns);
 
 /* sim_odp.c */
@@ -242,7 +244,8 @@ uint64_t mrmgr__sim_cost_ns(uint64_t fixed, uint64_t per_page, uint64_t pages);
 /* The live, registered sim MR behind mr, or NULL. Lock held. */
 struct mrmgr__sim_mr *mrmgr__sim_mr_live(struct mrmgr__sim_ctx *sctx,
 					 struct ibv_mr *mr);
-/* Give m new keys (a new slot), freeing the old. Lock held. */
+/* Give m new keys (a new slot), freeing the old. Lock held.
+ * sim_keys.c. */
 int mrmgr__sim_keys_renew(struct mrmgr__sim_ctx *sctx, struct mrmgr__sim_mr *m);
 
 /* sim_device.c: the sim's table for libmrmgr's device seam, registered

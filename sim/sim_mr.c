@@ -1,6 +1,7 @@
 /*
- * Simulated registration and deregistration: argument rules, keys, the
- * pinning model, the memlock budget and the cost model.
+ * Simulated registration and deregistration: argument rules, the
+ * pinning model, the memlock budget and the cost model (keys:
+ * sim_keys.c).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -19,102 +20,6 @@
 
 #define SIM_MR_MAGIC MRMGR__SIM_MR_MAGIC
 #define PAGE MRMGR__SIM_PAGE_SIZE
-
-/* ---------------------------------------------------------------- keys */
-
-static uint8_t next_key_byte(struct mrmgr__sim_ctx *s, uint8_t last)
-{
-	uint8_t b;
-
-	/* mlx5 bumps a device-wide "mkey variant" on every creation. */
-	if (!s->pers->random_key)
-		return ++s->key_counter;
-	/* rxe draws a random byte; keep it off the slot's last one. */
-	do {
-		s->rng ^= s->rng << 13;
-		s->rng ^= s->rng >> 17;
-		s->rng ^= s->rng << 5;
-		b = (uint8_t)(s->rng >> 24);
-	} while (b == last);
-	return b;
-}
-
-static int slot_alloc(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m)
-{
-	struct mrmgr__sim_slot *slot;
-	uint32_t idx, lkey;
-
-	if (s->nfree > MRMGR__SIM_REUSE_DELAY ||
-	    (s->nfree && s->hwm > MRMGR__SIM_MAX_INDEX)) {
-		idx = s->free_head;
-		s->free_head = s->slots[idx].next_free;
-		if (--s->nfree == 0)
-			s->free_head = s->free_tail = 0;
-	} else if (s->hwm <= MRMGR__SIM_MAX_INDEX) {
-		if (s->hwm >= s->nslots) {
-			uint32_t n = s->nslots ? s->nslots * 2 : 1024;
-			void *v;
-
-			if (n > MRMGR__SIM_MAX_INDEX + 1)
-				n = MRMGR__SIM_MAX_INDEX + 1;
-			v = realloc(s->slots, (size_t)n * sizeof(*s->slots));
-			if (!v)
-				return ENOMEM;
-			s->slots = v;
-			memset(s->slots + s->nslots, 0,
-			       (size_t)(n - s->nslots) * sizeof(*s->slots));
-			s->nslots = n;
-		}
-		idx = s->hwm++;
-	} else {
-		return ENOMEM; /* 2^24 - 1 MRs live: the key space is full */
-	}
-	slot = &s->slots[idx];
-	slot->mr = m;
-	slot->next_free = 0;
-	slot->key = next_key_byte(s, slot->key);
-	lkey = idx << 8 | slot->key;
-	m->index = idx;
-	m->ibmr.lkey = lkey;
-	/* Flip the key byte's top bit: same index, so rkey lookup stays O(1). */
-	m->ibmr.rkey = (s->flags & MRMGR_SIM_FLAG_DISTINCT_RKEY) ? lkey ^ 0x80u
-								 : lkey;
-	return 0;
-}
-
-static void slot_free(struct mrmgr__sim_ctx *s, uint32_t idx)
-{
-	s->slots[idx].mr = NULL;
-	s->slots[idx].next_free = 0;
-	if (s->nfree++ == 0)
-		s->free_head = idx;
-	else
-		s->slots[s->free_tail].next_free = idx;
-	s->free_tail = idx;
-}
-
-struct mrmgr__sim_mr *mrmgr__sim_mr_by_rkey(struct mrmgr__sim_ctx *s,
-					    uint32_t rkey)
-{
-	uint32_t idx = rkey >> 8;
-	struct mrmgr__sim_mr *m;
-
-	if (idx == 0 || idx >= s->hwm)
-		return NULL;
-	m = s->slots[idx].mr;
-	if (!m || !m->live || m->dead || m->ibmr.rkey != rkey)
-		return NULL;
-	return m;
-}
-
-void mrmgr__sim_keys_fini(struct mrmgr__sim_ctx *s)
-{
-	free(s->spare);
-	s->spare = NULL;
-	free(s->slots);
-	s->slots = NULL;
-	s->nslots = 0;
-}
 
 /* ---------------------------------------------------------- validation */
 
@@ -361,7 +266,7 @@ static struct mrmgr__sim_mr *reg_reserve(struct mrmgr__sim_ctx *s,
 		m->access = access;
 		m->span = span;
 		m->npages = bytes / PAGE;
-		ret = slot_alloc(s, m);
+		ret = mrmgr__sim_slot_alloc(s, m);
 		if (ret)
 			mr_put(s, m);
 	}
@@ -383,7 +288,7 @@ static struct mrmgr__sim_mr *reg_reserve(struct mrmgr__sim_ctx *s,
  * after it. Lock held. */
 static void reg_unreserve(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m)
 {
-	slot_free(s, m->index);
+	mrmgr__sim_slot_free(s, m->index);
 	s->mrs--;
 	m->spd->mrs--;
 	s->stats.pinned_bytes -= m->npages * PAGE;
@@ -532,7 +437,7 @@ MRMGR_EXPORT int mrmgr_sim_dereg_mr(struct ibv_mr *mr)
 	/* Keys die now (imports of the MR with them); the pages are let go
 	 * after, outside the lock. */
 	mrmgr__sim_share_mr(s, m, 0);
-	slot_free(s, m->index);
+	mrmgr__sim_slot_free(s, m->index);
 	m->live = 0;
 	m->magic = 0;
 	s->mrs--;
@@ -560,16 +465,6 @@ int mrmgr__sim_check_reg(const struct mrmgr__sim_ctx *s, void *addr,
 			 size_t length, unsigned int access)
 {
 	return check_reg(s, addr, length, access);
-}
-
-int mrmgr__sim_slot_alloc(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m)
-{
-	return slot_alloc(s, m);
-}
-
-void mrmgr__sim_slot_free(struct mrmgr__sim_ctx *s, uint32_t idx)
-{
-	slot_free(s, idx);
 }
 
 int mrmgr__sim_pin(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m,
@@ -603,15 +498,4 @@ struct mrmgr__sim_mr *mrmgr__sim_mr_live(struct mrmgr__sim_ctx *s,
 	    s->slots[m->index].mr != m || !m->live)
 		return NULL;
 	return m;
-}
-
-int mrmgr__sim_keys_renew(struct mrmgr__sim_ctx *s, struct mrmgr__sim_mr *m)
-{
-	uint32_t old = m->index;
-	int ret = slot_alloc(s, m); /* sets index and keys only on success */
-
-	if (ret)
-		return ret;
-	slot_free(s, old);
-	return 0;
 }
