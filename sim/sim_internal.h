@@ -309,7 +309,8 @@ int mrmgr__sim_pagemap_read(uint64_t va, size_t n, uint64_t *out);
 #define MRMGR__PM_SWAP (UINT64_C(1) << 62)
 #define MRMGR__PM_PRESENT (UINT64_C(1) << 63)
 
-/* sim.c: the open device at ctx (not logged when there is none). */
+/* sim_registry.c: the open device at ctx (not logged when there is
+ * none). */
 struct mrmgr__sim_ctx *mrmgr__sim_ctx_find(const struct ibv_context *ctx);
 /*
  * Open a device as mrmgr_sim_open() does; without an export table when

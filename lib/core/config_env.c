@@ -473,8 +473,6 @@ int mrmgr__cache_config_resolve(struct mrmgr__cache_config *cfg,
 
 static const char *const odp_names[] = { "off", "explicit", "implicit",
 					 "auto" };
-static const char *const monitor_names[] = { "auto", "uffd", "hooks",
-					     "external", "none", "patch" };
 
 static void entry_fill(const struct mrmgr__cache_config *cfg,
 		       enum mrmgr__setting id, struct mrmgr_config_entry *e)
@@ -521,8 +519,7 @@ static void entry_fill(const struct mrmgr__cache_config *cfg,
 		break;
 	case MRMGR__SET_MONITOR:
 		snprintf(e->value, sizeof(e->value), "%s",
-			 cfg->monitor <= MRMGR_MONITOR_PATCH
-				 ? monitor_names[cfg->monitor] : "?");
+			 mrmgr__mon_mode_name(cfg->monitor));
 		break;
 	default:
 		break;

@@ -26,14 +26,6 @@ static double since(const struct timespec *t)
 	       (double)(now.tv_nsec - t->tv_nsec) / 1e9;
 }
 
-static const char *mode_name(uint32_t m)
-{
-	static const char *const names[] = { "auto", "uffd", "hooks",
-					     "external", "none", "patch" };
-
-	return m < sizeof(names) / sizeof(names[0]) ? names[m] : "?";
-}
-
 /* The monitor's last events, as text. */
 static void recent_events(char *buf, size_t len)
 {
@@ -97,7 +89,7 @@ void mrmgr__stale_report(struct mrmgr_cache *c, const struct rec *rc,
 		   "included; the monitor (mode %s) queued %s event over it "
 		   "since; the cache's last invalidation: %s",
 		   since(&rc->born), (unsigned long long)rc->gen,
-		   (unsigned long long)rc->gets, mode_name(c->mon.mode),
+		   (unsigned long long)rc->gets, mrmgr__mon_mode_name(c->mon.mode),
 		   mrmgr__mon_queue_saw(rc->queue_at, rc->start, rc->last)
 			   ? "an" : "no",
 		   inval);

@@ -207,6 +207,10 @@ int mrmgr__hooks_state(int *err);
  * a sanitizer (monitor.c). */
 int mrmgr__mon_auto_uffd(void);
 
+/* mode's name as MRMGR_MONITOR spells it ("?" for an unknown value):
+ * the modes table's (sources.c). */
+const char *mrmgr__mon_mode_name(uint32_t mode);
+
 /* Whether a source that sees both sides of a change covers mode now
  * (the patched libc or the hooks; external counts: see doc/growth.md). */
 int mrmgr__mon_two_sided(uint32_t mode);

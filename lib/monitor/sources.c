@@ -284,6 +284,11 @@ const struct mrmgr__mon_mode *mrmgr__mon_mode_of(uint32_t mode)
 		       ? &modes[mode] : &unknown;
 }
 
+const char *mrmgr__mon_mode_name(uint32_t mode)
+{
+	return mrmgr__mon_mode_of(mode)->name;
+}
+
 static int applies(const struct mrmgr__mon_use *u)
 {
 	return !u->when || u->when();

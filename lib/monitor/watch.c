@@ -157,7 +157,7 @@ static int watch_join_ex(struct mrmgr__watch *w, uint64_t s, uint64_t l,
 	widen(s, l, &lo, &hi);
 	p = sweep(lo, hi, 0);
 	if (!p && reg_runs >= budget())
-		return EOVERFLOW;
+		return MRMGR__WERR_BUDGET;
 	mrmgr__itree_insert(&reg_tree, &w->node);
 	w->next = w->prev = w;
 	w->in_tree = 1;
@@ -255,25 +255,17 @@ void mrmgr__mon_known_drop(struct mrmgr__mon_cache *m, uint64_t s, uint64_t l)
 
 enum tx_kind { TX_NONE = 0, TX_UFFD, TX_TRUSTED };
 
-/* Error codes of the coverage decision (source.h: unwatched.c names
- * the cause). */
-#define ERR_NO_SOURCE MRMGR__WERR_NO_SOURCE
-#define ERR_SHARED MRMGR__WERR_SHARED
-#define ERR_FILE MRMGR__WERR_FILE
-#define ERR_HOLE MRMGR__WERR_HOLE
-#define ERR_BUDGET MRMGR__WERR_BUDGET
-
 static int kind_err(int kind)
 {
 	switch (kind) {
 	case MRMGR__VMA_ANON_PRIVATE:
 		return 0;
 	case MRMGR__VMA_FILE_PRIVATE:
-		return ERR_FILE;
+		return MRMGR__WERR_FILE;
 	case MRMGR__VMA_SHARED:
-		return ERR_SHARED;
+		return MRMGR__WERR_SHARED;
 	default:
-		return ERR_HOLE;
+		return MRMGR__WERR_HOLE;
 	}
 }
 
@@ -479,7 +471,7 @@ int mrmgr__watch_begin(struct mrmgr__mon_cache *m, uint64_t start,
 {
 	const struct mrmgr__mon_mode *mm = mrmgr__mon_mode_of(m->mode);
 	const struct mrmgr__mon_source *src;
-	int err = ERR_NO_SOURCE;
+	int err = MRMGR__WERR_NO_SOURCE;
 
 	/* Only what is read before a join fills the rest (no memset: it
 	 * was most of this function's time on a miss). */
