@@ -661,7 +661,9 @@ enum mrmgr_monitor_unwatched_cause {
 	MRMGR_MONITOR_UNWATCHED_HOLE = 1u << 3,
 	/** The watch budget (a quarter of vm.max_map_count) is spent. */
 	MRMGR_MONITOR_UNWATCHED_BUDGET = 1u << 4,
-	/** The kernel refused the userfaultfd registration. */
+	/** The kernel refused the userfaultfd registration, or the mapping
+	 *  changed while it was being registered (the look after it found
+	 *  it no longer as classified: unwatched_error is EAGAIN). */
 	MRMGR_MONITOR_UNWATCHED_REFUSED = 1u << 5,
 };
 

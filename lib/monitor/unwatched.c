@@ -33,7 +33,7 @@ static uint32_t cause_of(int err)
 	}
 }
 
-static const char *cause_text(uint32_t cause)
+static const char *cause_text(uint32_t cause, int err)
 {
 	switch (cause) {
 	case MRMGR_MONITOR_UNWATCHED_NO_SOURCE:
@@ -53,6 +53,12 @@ static const char *cause_text(uint32_t cause)
 		return "the watch budget (a quarter of vm.max_map_count) is "
 		       "spent";
 	default:
+		/* EAGAIN: the registration went through, and the second look
+		 * (watch.c) found the mappings no longer as classified. */
+		if (err == EAGAIN)
+			return "its mapping changed while it was being "
+			       "registered with userfaultfd (memory mapped, "
+			       "unmapped or changed beside it meanwhile)";
 		return "the kernel refused the userfaultfd registration";
 	}
 }
@@ -75,7 +81,7 @@ void mrmgr__watch_unwatched(struct mrmgr__mon_cache *m, uint64_t start,
 			    "mrmgr_cache_query_monitor() counts them)",
 			    (unsigned long long)start,
 			    (unsigned long long)(last - start + 1),
-			    cause_text(cause));
+			    cause_text(cause, err));
 	else
 		mrmgr__dbg("monitor: [%#llx, %#llx] not watched (%s): not cached",
 			   (unsigned long long)start, (unsigned long long)last,
