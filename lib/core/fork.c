@@ -192,6 +192,94 @@ void mrmgr__stripe_join(void)
 	}
 }
 
+/*
+ * Orphan stripes are retired after 1,024 gets off the fast path at least,
+ * and four per region the passes walk: a retirement walks every region
+ * of every cache, and a thread given the stripe again joins with another
+ * walk, so a process whose threads come and go pays a walk per some
+ * thousands of misses at most, not one per thread. Each thread counts its
+ * own gets and looks every RETIRE_LOOK of them (no shared line written
+ * per get, even while an orphan waits for a lock that is never free);
+ * the looks add up in retire_gets.
+ */
+#define RETIRE_LOOK 256u
+#define RETIRE_AFTER 1024u
+
+static __thread unsigned int look_in, look_at
+	__attribute__((tls_model("initial-exec")));
+static uint64_t retire_gets;
+uint64_t mrmgr__stripes_retired;
+
+/* Every cache's lock too, without waiting (the caller may hold one, or
+ * a lock of its own another holder waits for). 1: all held. */
+static int trylock_all(void)
+{
+	struct mrmgr_cache *c;
+
+	for (c = caches; c; c = next_of(c))
+		if (pthread_mutex_trylock(&c->lock))
+			break;
+	if (!c)
+		return 1;
+	for (struct mrmgr_cache *u = caches; u != c; u = next_of(u))
+		pthread_mutex_unlock(&u->lock);
+	return 0;
+}
+
+static void retire(uint64_t orphans)
+{
+	for (; orphans; orphans &= orphans - 1) {
+		unsigned int s = (unsigned int)__builtin_ctzll(orphans);
+		uint64_t bit = UINT64_C(1) << s;
+
+		if (!mrmgr__stripe_reserve(s))
+			continue; /* given again, or shared: it stays */
+		for (struct mrmgr_cache *c = caches; c; c = next_of(c))
+			mrmgr__region_stripe_retire(c, s);
+		/* Before a thread may claim it again (unreserve): that one
+		 * sets its bit and joins. */
+		__atomic_fetch_and(&mrmgr__stripes_seen, ~bit, __ATOMIC_SEQ_CST);
+		__atomic_fetch_and(&mrmgr__stripes_joined, ~bit,
+				   __ATOMIC_SEQ_CST);
+		mrmgr__stripe_unreserve(s);
+		__atomic_fetch_add(&mrmgr__stripes_retired, 1,
+				   __ATOMIC_RELAXED);
+	}
+}
+
+void mrmgr__stripe_retire_tick(void)
+{
+	uint64_t gets, walk = 0;
+
+	if (++look_in < (look_at ? look_at : RETIRE_LOOK))
+		return;
+	gets = __atomic_add_fetch(&retire_gets, look_in, __ATOMIC_RELAXED);
+	look_in = 0;
+	look_at = RETIRE_LOOK;
+	if (gets < RETIRE_AFTER)
+		return;
+	look_at = 16; /* busy: again a little later */
+	if (pthread_mutex_trylock(&list_lock))
+		return;
+	if (!trylock_all()) {
+		pthread_mutex_unlock(&list_lock);
+		return;
+	}
+	look_at = RETIRE_LOOK;
+	/* The regions of now: a large cache destroyed since no longer
+	 * counts. */
+	for (struct mrmgr_cache *c = caches; c; c = next_of(c))
+		walk += c->nall;
+	if (gets >= 4 * walk) {
+		retire(__atomic_exchange_n(&mrmgr__stripes_orphan, 0,
+					   __ATOMIC_SEQ_CST));
+		__atomic_store_n(&retire_gets, 0, __ATOMIC_RELAXED);
+	}
+	for (struct mrmgr_cache *c = caches; c; c = next_of(c))
+		pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&list_lock);
+}
+
 void mrmgr__fork_track(struct mrmgr_cache *c)
 {
 	pthread_once(&atfork_once, register_atfork);

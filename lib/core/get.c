@@ -200,6 +200,10 @@ get(struct mrmgr_cache *c, struct ibv_pd *pd, void *addr, size_t length,
 	/* A stripe given for the first time: its words go live (region.h). */
 	if (mrmgr__unlikely(mrmgr__tls_join))
 		mrmgr__stripe_join();
+	/* A stripe whose threads all ended: retired now and then. */
+	if (mrmgr__unlikely(__atomic_load_n(&mrmgr__stripes_orphan,
+					    __ATOMIC_RELAXED)))
+		mrmgr__stripe_retire_tick();
 	if (mrmgr__unlikely(c->flags & MRMGR__CACHE_EXT_GET))
 		return mrmgr__ext_get(c, pd, start, last, access, slot, region);
 	/* A cache of one PD: that PD is the only one it serves. */

@@ -18,16 +18,9 @@
 #include "pool.h"
 #include "region.h"
 
-/*
- * Thread slots: the lowest free one of MAX_SLOTS is claimed on a thread's
- * first use and given back by a thread-specific-data destructor when the
- * thread exits. Past MAX_SLOTS live threads, slots are handed out
- * round-robin and never given back; threads then share stripes, which
- * stays correct (the adds are atomic) and only costs contention.
- */
-#define MAX_SLOTS 64
 #define MAX_STRIPES 64
 
+/* The calling thread's stripe (stripes.c gives them). */
 __thread unsigned int mrmgr__tls_slot
 	__attribute__((tls_model("initial-exec"))) = ~0u;
 __thread uintptr_t mrmgr__tls_words
@@ -39,81 +32,6 @@ struct mrmgr__layout mrmgr__layout;
 
 uint64_t mrmgr__stripes_seen;
 uint64_t mrmgr__stripes_joined = 1; /* stripe 0 is always kept */
-
-static uint64_t slots_taken;       /* bit i: slot i belongs to a thread */
-static unsigned int next_shared;   /* round-robin past MAX_SLOTS */
-static pthread_key_t slot_key;
-static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
-static int slot_key_ok;
-
-static void slot_release(void *v)
-{
-	unsigned int s = (unsigned int)(uintptr_t)v - 1;
-
-	mrmgr__tls_slot = ~0u; /* a later call in this thread asks again */
-	mrmgr__tls_words = 0;
-	if (s < MAX_SLOTS)
-		__atomic_fetch_and(&slots_taken, ~(UINT64_C(1) << s),
-				   __ATOMIC_RELEASE);
-}
-
-/* A fork child has one thread: the others' slots are free there. */
-static void slot_atfork_child(void)
-{
-	unsigned int s = mrmgr__tls_slot;
-
-	slots_taken = s < MAX_SLOTS ? UINT64_C(1) << s : 0;
-}
-
-static void slot_key_init(void)
-{
-	slot_key_ok = pthread_key_create(&slot_key, slot_release) == 0;
-	if (slot_key_ok)
-		pthread_atfork(NULL, NULL, slot_atfork_child);
-}
-
-/* Unloaded with threads still running: their exit must not call here. */
-__attribute__((destructor)) static void slot_key_fini(void)
-{
-	if (slot_key_ok)
-		pthread_key_delete(slot_key);
-}
-
-unsigned int mrmgr__thread_slot_slow(void)
-{
-	uint64_t taken = __atomic_load_n(&slots_taken, __ATOMIC_RELAXED);
-	unsigned int s;
-
-	pthread_once(&slot_once, slot_key_init);
-	for (;;) {
-		if (!slot_key_ok || taken == ~UINT64_C(0)) {
-			s = MAX_SLOTS + (__atomic_fetch_add(&next_shared, 1,
-							    __ATOMIC_RELAXED) &
-					 (MAX_SLOTS - 1));
-			break;
-		}
-		s = (unsigned int)__builtin_ctzll(~taken);
-		if (__atomic_compare_exchange_n(&slots_taken, &taken,
-						taken | UINT64_C(1) << s, 0,
-						__ATOMIC_ACQUIRE,
-						__ATOMIC_RELAXED)) {
-			pthread_setspecific(slot_key, (void *)(uintptr_t)(s + 1));
-			break;
-		}
-	}
-	/* Masked once here: every cache has mrmgr__stripes() stripes. */
-	s &= mrmgr__stripes() - 1;
-	/* Before the thread can mark anything on its stripe (region.h);
-	 * given for the first time, it joins at the thread's next get. */
-	__atomic_fetch_or(&mrmgr__stripes_seen, UINT64_C(1) << s,
-			  __ATOMIC_SEQ_CST);
-	if (!(__atomic_load_n(&mrmgr__stripes_joined, __ATOMIC_ACQUIRE) &
-	      (UINT64_C(1) << s)))
-		mrmgr__tls_join = s + 1;
-	mrmgr__tls_slot = s;
-	mrmgr__tls_words = mrmgr__layout.words + s * mrmgr__layout.stride;
-	return s;
-}
 
 static uintptr_t align_up(uintptr_t v, uintptr_t to)
 {
@@ -149,12 +67,6 @@ static void layout_init(void)
 						<< MRMGR__REF_ENTRY_SHIFT,
 					MRMGR__CACHELINE);
 	__atomic_store_n(&mrmgr__layout.nstripes, n, __ATOMIC_RELEASE);
-}
-
-uintptr_t mrmgr__thread_words_slow(void)
-{
-	mrmgr__thread_slot_slow();
-	return mrmgr__tls_words;
 }
 
 unsigned int mrmgr__stripes(void)
@@ -253,6 +165,34 @@ void mrmgr__region_stripe_join(struct mrmgr_cache *c, unsigned int s)
 		set = store_keys(r, one);
 		(void)flip_words(r, one, set,
 				 MRMGR__REF_DEAD | (MRMGR__REF_KEYS ^ set), &had);
+	}
+}
+
+void mrmgr__region_stripe_retire(struct mrmgr_cache *c, unsigned int s)
+{
+	const uint64_t marks = MRMGR__REF_USED | MRMGR__REF_NEW;
+
+	/*
+	 * Every region, not only live ones: a count may sit on a stripe of
+	 * a released region, another stripe holding its opposite (a get on
+	 * one thread, the put on another); the sum is what counts. Nobody
+	 * writes stripe s now (reserved, its threads ended); the slot-0
+	 * thread's hits and puts write stripe 0, hence the atomic adds. The
+	 * add comes first: a reader summing without the lock in between
+	 * counts the reference twice, never not at all.
+	 */
+	for (size_t i = 0; i < c->nall; i++) {
+		struct mrmgr_region *r = c->all[i];
+		uint64_t *w0 = mrmgr__ref_word(r, 0), *ws = mrmgr__ref_word(r, s);
+		uint64_t v = __atomic_load_n(ws, __ATOMIC_SEQ_CST);
+		uint64_t count = (v & ~(MRMGR__REF_ONE - 1)) - MRMGR__REF_BIAS;
+
+		if (count)
+			__atomic_fetch_add(w0, count, __ATOMIC_SEQ_CST);
+		if (v & marks)
+			__atomic_fetch_or(w0, v & marks, __ATOMIC_RELAXED);
+		__atomic_store_n(ws, MRMGR__REF_BIAS | MRMGR__REF_DEAD,
+				 __ATOMIC_SEQ_CST);
 	}
 }
 

@@ -116,6 +116,32 @@ static inline uint64_t mrmgr__stripes_kept(unsigned int n)
 	return n < 64 ? m & ((UINT64_C(1) << n) - 1) : m;
 }
 
+/*
+ * stripes.c: bit i: every thread given stripe i has ended since (never
+ * stripe 0). Its words still count in every pass until fork.c retires
+ * it (mrmgr__stripe_retire_tick()): each region's count and marks there
+ * are moved to stripe 0, its words left DEAD, and its bits cleared in
+ * mrmgr__stripes_seen and mrmgr__stripes_joined, so that a thread given
+ * it later joins as the first one did.
+ */
+extern uint64_t mrmgr__stripes_orphan;
+
+/* stripes.c, for that retirement (every cache's lock held): no thread
+ * holds or may take a slot of stripe s until mrmgr__stripe_unreserve(s).
+ * 0: one does, or a thread past the slots shares it; nothing reserved. */
+int mrmgr__stripe_reserve(unsigned int s);
+void mrmgr__stripe_unreserve(unsigned int s);
+
+/* fork.c: a get off the fast path while a stripe is an orphan; now and
+ * then, when every cache's lock is free, retires the orphans. No cache
+ * lock held. */
+void mrmgr__stripe_retire_tick(void);
+extern uint64_t mrmgr__stripes_retired; /* how many times, for tests */
+
+/* region.c: c's part of it (c's lock held, s reserved): every region's
+ * count and marks on stripe s move to stripe 0; its words go DEAD. */
+void mrmgr__region_stripe_retire(struct mrmgr_cache *c, unsigned int s);
+
 /* Bit i: stripe i joined every cache that existed then (fork.c). */
 extern uint64_t mrmgr__stripes_joined;
 

@@ -24,6 +24,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,11 @@ struct shared {
 };
 
 static struct shared S;
+
+/* lib/core (built into this program): stripes retired so far, and the
+ * retirement's own step (region.h). */
+extern uint64_t mrmgr__stripes_retired, mrmgr__stripes_orphan;
+void mrmgr__stripe_retire_tick(void);
 
 #define FAIL(...)                                                          \
 	do {                                                               \
@@ -123,13 +129,18 @@ static void remap(int b)
 	pthread_rwlock_unlock(&S.remap_lock);
 }
 
-static void *worker(void *arg)
+/*
+ * One thread's share: until stop, or limit operations when limit is not
+ * 0. held: the regions kept across operations, left for the caller.
+ */
+static unsigned long work(uint64_t *seedp, mrmgr_region_t **held,
+			  unsigned long limit)
 {
-	uint64_t seed = (uintptr_t)arg * 7919 + 1;
-	mrmgr_region_t *held[HELD] = { 0 };
+	uint64_t seed = *seedp;
 	unsigned long ops = 0;
 
-	while (!__atomic_load_n(&S.stop, __ATOMIC_RELAXED)) {
+	while (!__atomic_load_n(&S.stop, __ATOMIC_RELAXED) &&
+	       (!limit || ops < limit)) {
 		uint64_t r = rng(&seed);
 		int b = (int)(r % NBUF);
 		size_t off = (r >> 8) % (BUFLEN / PG) * PG;
@@ -180,10 +191,70 @@ static void *worker(void *arg)
 			held[h] = reg;
 		}
 	}
+	*seedp = seed;
+	return ops;
+}
+
+static void *worker(void *arg)
+{
+	uint64_t seed = (uintptr_t)arg * 7919 + 1;
+	mrmgr_region_t *held[HELD] = { 0 };
+	unsigned long ops = work(&seed, held, 0);
+
 	for (int h = 0; h < HELD; h++)
 		if (held[h])
 			mrmgr_put(held[h]);
 	return (void *)ops;
+}
+
+/*
+ * The last worker's share runs in short-lived threads, one after the
+ * other, each leaving the regions it holds to the next: their stripes
+ * end with references on them and are retired (lib/core/stripes.c)
+ * while the other workers get, put and evict.
+ */
+struct life {
+	uint64_t seed;
+	mrmgr_region_t *held[HELD];
+	unsigned long ops;
+};
+
+static void *one_life(void *arg)
+{
+	struct life *l = arg;
+
+	l->ops += work(&l->seed, l->held, 500);
+	return NULL;
+}
+
+static void *relay(void *arg)
+{
+	struct life l = { .seed = (uintptr_t)arg * 7919 + 1 };
+
+	while (!__atomic_load_n(&S.stop, __ATOMIC_RELAXED)) {
+		pthread_t t;
+
+		if (pthread_create(&t, NULL, one_life, &l)) {
+			FAIL("pthread_create: %s", strerror(errno));
+			break;
+		}
+		pthread_join(t, NULL);
+		/* A while without a thread of that stripe: the retirement's
+		 * step, as the others' gets would take it, until the cache's
+		 * lock is found free between theirs (they hold it most of the
+		 * time here, and under TSan their gets are few). */
+		for (int i = 0; i < 20000 && __atomic_load_n(
+						    &mrmgr__stripes_orphan,
+						    __ATOMIC_SEQ_CST);
+		     i++) {
+			mrmgr__stripe_retire_tick();
+			sched_yield();
+		}
+	}
+	for (int h = 0; h < HELD; h++)
+		if (l.held[h])
+			mrmgr_put(l.held[h]);
+	return (void *)l.ops;
 }
 
 int main(int argc, char **argv)
@@ -201,6 +272,7 @@ int main(int argc, char **argv)
 	int seconds = argc > 1 ? atoi(argv[1]) : 5;
 	pthread_t t[NTHREADS];
 	unsigned long total = 0;
+	uint64_t retired;
 	struct mrmgr_sim_stats ss;
 	struct mrmgr_stats st;
 	int ret;
@@ -227,7 +299,8 @@ int main(int argc, char **argv)
 		pthread_rwlockattr_destroy(&ra);
 	}
 	for (int i = 0; i < NTHREADS; i++)
-		pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)i);
+		pthread_create(&t[i], NULL, i == NTHREADS - 1 ? relay : worker,
+			       (void *)(uintptr_t)i);
 	sleep((unsigned int)(seconds > 0 ? seconds : 1));
 	__atomic_store_n(&S.stop, 1, __ATOMIC_RELAXED);
 	for (int i = 0; i < NTHREADS; i++) {
@@ -237,6 +310,15 @@ int main(int argc, char **argv)
 		total += (unsigned long)(uintptr_t)ops;
 	}
 
+	/* Retired while the others ran: as the lock allowed, printed. */
+	retired = __atomic_load_n(&mrmgr__stripes_retired, __ATOMIC_RELAXED);
+	/* And the relay's last stripe now, with every worker gone. */
+	for (int i = 0; i < 100000 && __atomic_load_n(&mrmgr__stripes_orphan,
+						      __ATOMIC_SEQ_CST);
+	     i++)
+		mrmgr__stripe_retire_tick();
+	if (__atomic_load_n(&mrmgr__stripes_orphan, __ATOMIC_SEQ_CST))
+		FAIL("an ended thread's stripe was never retired");
 	mrmgr_cache_query_stats(S.cache, &st, sizeof(st));
 	if (st.regions_in_use != 0)
 		FAIL("%llu regions still in use", (unsigned long long)st.regions_in_use);
@@ -255,13 +337,13 @@ int main(int argc, char **argv)
 	mrmgr_sim_close(S.ctx);
 	munmap(S.mem, NBUF * BUFLEN);
 	printf("stress: %lu ops in %d s by %d threads: %llu hits, %llu misses, "
-	       "%llu evictions, %llu invalidations; page identity %s; "
-	       "%lu failures\n",
+	       "%llu evictions, %llu invalidations; %llu stripes of ended "
+	       "threads retired meanwhile; page identity %s; %lu failures\n",
 	       total, seconds, NTHREADS, (unsigned long long)st.hits,
 	       (unsigned long long)st.misses,
 	       (unsigned long long)st.evictions,
 	       (unsigned long long)st.invalidations,
-	       S.identity ? "checked" : "not available (not root)",
+	       (unsigned long long)retired, S.identity ? "checked" : "not available (not root)",
 	       S.failures);
 	if (!st.hits) {
 		/* Nothing cached: the hit path was not stressed at all. */
