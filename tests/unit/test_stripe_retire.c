@@ -89,6 +89,15 @@ static void open_two(struct fixture *f, char **buf)
 	cr_assert_eq(mrmgr__tls_slot, 0u, "the main thread has stripe 0");
 }
 
+/* Nothing held, no put too many: the cache closes. */
+static void close_idle(struct fixture *f, char *buf)
+{
+	cr_assert_eq(cstats(f->cache).regions_in_use, 0);
+	cr_assert_eq(cstats(f->cache).double_puts, 0);
+	fx_close(f);
+	munmap(buf, 4 * PG);
+}
+
 Test(stripe_retire, a_held_reference_outlives_its_threads_stripe)
 {
 	struct fixture f;
@@ -121,10 +130,7 @@ Test(stripe_retire, a_held_reference_outlives_its_threads_stripe)
 	/* Its last put, from this thread: idle, and the cache can go. */
 	mrmgr_put(j.kept);
 	cr_assert_eq(mrmgr__region_refs(j.kept, f.cache->nstripes), 0);
-	cr_assert_eq(cstats(f.cache).regions_in_use, 0);
-	cr_assert_eq(cstats(f.cache).double_puts, 0);
-	fx_close(&f);
-	munmap(buf, 4 * PG);
+	close_idle(&f, buf);
 }
 
 Test(stripe_retire, a_thread_given_the_stripe_again_joins_and_hits)
@@ -153,10 +159,7 @@ Test(stripe_retire, a_thread_given_the_stripe_again_joins_and_hits)
 	cr_assert(word(again.kept, again.stripe) & MRMGR__REF_KEYS);
 	cr_assert_eq(mrmgr__region_refs(again.kept, f.cache->nstripes), 1);
 	mrmgr_put(again.kept);
-	cr_assert_eq(cstats(f.cache).regions_in_use, 0);
-	cr_assert_eq(cstats(f.cache).double_puts, 0);
-	fx_close(&f);
-	munmap(buf, 4 * PG);
+	close_idle(&f, buf);
 }
 
 Test(stripe_retire, a_stripe_a_live_thread_has_is_kept)
@@ -193,9 +196,7 @@ Test(stripe_retire, a_stripe_a_live_thread_has_is_kept)
 	pthread_join(t, NULL);
 	pthread_barrier_destroy(&hold);
 	mrmgr_put(live.kept);
-	cr_assert_eq(cstats(f.cache).regions_in_use, 0);
-	fx_close(&f);
-	munmap(buf, 4 * PG);
+	close_idle(&f, buf);
 }
 
 /*
@@ -317,7 +318,5 @@ Test(stripe_retire, a_fork_child_retires_its_parents_other_threads_stripes)
 	pthread_join(t, NULL);
 	pthread_barrier_destroy(&hold);
 	mrmgr_put(live.kept);
-	cr_assert_eq(cstats(f.cache).regions_in_use, 0);
-	fx_close(&f);
-	munmap(buf, 4 * PG);
+	close_idle(&f, buf);
 }
