@@ -239,6 +239,7 @@ void mrmgr__mon_subscribe(struct mrmgr__mon_cache *m, uint64_t *seen,
 {
 	memset(m, 0, sizeof(*m));
 	m->mode = mode;
+	m->mm = mrmgr__mon_mode_of(mode);
 	m->fork_status = fork_status;
 	mrmgr__mon_queue_attach(m, seen);
 }

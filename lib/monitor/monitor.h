@@ -119,6 +119,9 @@ struct mrmgr__mon_cache {
 	uint64_t cursor;       /* next queue index to apply */
 	uint64_t target;       /* word value the running drain works toward */
 	uint32_t mode;         /* enum mrmgr_monitor_mode in force */
+	/* Its list of sources (mrmgr__mon_mode_of(mode)): what every
+	 * watch reads first, without a call. */
+	const struct mrmgr__mon_mode *mm;
 	int32_t fork_status;   /* enum ibv_fork_status, -1: pages held with
 				* plain references (the core's fork.c) */
 	struct mrmgr__mon_cache *fork_next; /* the core's list of
@@ -135,6 +138,7 @@ struct mrmgr__mon_cache {
 		uint32_t kind;         /* enum mrmgr__vma_kind */
 	} known[8];
 	uint32_t known_next;
+	uint32_t known_last;   /* the entry known_find() found last */
 };
 
 /* Queue state for a new cache (or one a fork emptied). */

@@ -220,13 +220,27 @@ void mrmgr__watch_fork_child(void)
  * mapping put over it, a move) raises an event the cache drains before
  * its miss, and drain_next() drops the extents it overlaps.
  */
+static int known_holds(const struct mrmgr__mon_known *k, uint64_t s,
+		       uint64_t l)
+{
+	return k->last && k->start <= s && k->last >= l;
+}
+
+/* The extent that held the last range found is asked first: misses
+ * come in runs over one buffer pool. */
 static struct mrmgr__mon_known *known_find(struct mrmgr__mon_cache *m,
 					   uint64_t s, uint64_t l)
 {
-	for (unsigned int i = 0; i < MRMGR__ARRAY_SIZE(m->known); i++)
-		if (m->known[i].last && m->known[i].start <= s &&
-		    m->known[i].last >= l)
+	unsigned int n = MRMGR__ARRAY_SIZE(m->known);
+	struct mrmgr__mon_known *k = &m->known[m->known_last % n];
+
+	if (known_holds(k, s, l))
+		return k;
+	for (unsigned int i = 0; i < n; i++)
+		if (known_holds(&m->known[i], s, l)) {
+			m->known_last = i;
 			return &m->known[i];
+		}
 	return NULL;
 }
 
@@ -469,7 +483,7 @@ int mrmgr__watch_trusted(struct mrmgr__mon_cache *m, struct mrmgr__watch_tx *tx,
 int mrmgr__watch_begin(struct mrmgr__mon_cache *m, uint64_t start,
 		       uint64_t last, struct mrmgr__watch_tx *tx)
 {
-	const struct mrmgr__mon_mode *mm = mrmgr__mon_mode_of(m->mode);
+	const struct mrmgr__mon_mode *mm = m->mm;
 	const struct mrmgr__mon_source *src;
 	int err = MRMGR__WERR_NO_SOURCE;
 
