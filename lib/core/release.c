@@ -53,7 +53,9 @@ static void refuse(struct mrmgr_cache *c, struct mrmgr_region *r,
 		   (unsigned long long)mrmgr__region_len(r), (void *)c, why);
 }
 
-int mrmgr__put_checked(struct mrmgr_region *r)
+/* noinline: inlined into mrmgr_put() (link-time optimisation does), its
+ * registers cost every put a save and a restore. */
+__attribute__((noinline)) int mrmgr__put_checked(struct mrmgr_region *r)
 {
 	struct mrmgr_cache *c = r->cache;
 	int state;

@@ -33,7 +33,10 @@ const char *const mrmgr__cuda_names[T_COUNT] = {
 };
 
 uintptr_t mrmgr__cuda_real[T_COUNT];
-uintptr_t mrmgr__cuda_real_dlsym, mrmgr__cuda_real_dlvsym;
+/* used: read by the stubs' asm below, which a link-time optimiser
+ * does not see. */
+__attribute__((used)) uintptr_t mrmgr__cuda_real_dlsym,
+	mrmgr__cuda_real_dlvsym;
 uint64_t mrmgr__cuda_begun, mrmgr__cuda_ended;
 
 #define REAL(t, type) \
@@ -98,8 +101,8 @@ static cu_result w_cuGetProcAddress_v2(const char *s, void **pfn, int ver,
 /* dlsym and dlvsym with any handle but RTLD_NEXT (the stubs send that
  * one straight to libc's, whose answer depends on its caller's address:
  * a pointer looked up that way is not swapped, doc/device-memory.md). */
-__attribute__((visibility("hidden"))) void *mrmgr__cuda_dlsym_c(void *h,
-								 const char *s);
+__attribute__((visibility("hidden"), used)) void *
+mrmgr__cuda_dlsym_c(void *h, const char *s);
 void *mrmgr__cuda_dlsym_c(void *h, const char *s)
 {
 	void *p = REAL(T_DLSYM, void *(*)(void *, const char *))(h, s);
@@ -107,7 +110,7 @@ void *mrmgr__cuda_dlsym_c(void *h, const char *s)
 	return p ? swap(s, p) : p;
 }
 
-__attribute__((visibility("hidden"))) void *
+__attribute__((visibility("hidden"), used)) void *
 mrmgr__cuda_dlvsym_c(void *h, const char *s, const char *v);
 void *mrmgr__cuda_dlvsym_c(void *h, const char *s, const char *v)
 {
