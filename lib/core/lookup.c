@@ -91,24 +91,29 @@ static uint8_t *near_count(const struct mrmgr__lookup *lk, unsigned int level,
 			 lk->near_mask];
 }
 
-static void near_add(struct mrmgr__lookup *lk, unsigned int level,
-		     uint64_t granule)
+/* Many granules folded onto one counter: the chains alone until the
+ * next table. */
+static __attribute__((noinline, cold)) void near_drop(struct mrmgr__lookup *lk)
+{
+	mrmgr__pool_free(lk->near, lk->near_mask + 1);
+	lk->near = NULL;
+}
+
+/* Inlined, as near_sub(): every insertion and removal asks twice. */
+static inline __attribute__((always_inline)) void
+near_add(struct mrmgr__lookup *lk, unsigned int level, uint64_t granule)
 {
 	uint8_t *n;
 
 	if (!lk->near)
 		return;
 	n = near_count(lk, level, granule);
-	if (++*n == 0) {
-		/* Many granules folded onto one: the chains alone until
-		 * the next table. */
-		mrmgr__pool_free(lk->near, lk->near_mask + 1);
-		lk->near = NULL;
-	}
+	if (mrmgr__unlikely(++*n == 0))
+		near_drop(lk);
 }
 
-static void near_sub(struct mrmgr__lookup *lk, unsigned int level,
-		     uint64_t granule)
+static inline __attribute__((always_inline)) void
+near_sub(struct mrmgr__lookup *lk, unsigned int level, uint64_t granule)
 {
 	if (lk->near)
 		--*near_count(lk, level, granule);
