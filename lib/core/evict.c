@@ -42,8 +42,10 @@
  * use; a move would date it to now, ahead of regions made after it (and
  * cost writes to three cold links). The list then stays close to the
  * order of last use: a region hit before another was made sits ahead of
- * it, one hit after sits behind. New regions enter with a "new" bit set
- * (the miss marks the reference it takes): the hand spares them as it
+ * it, one hit after sits behind. New regions enter marked "new" (the
+ * region's fresh field, set by the miss under the lock; only the hand,
+ * under the lock too, clears it: no locked instruction, unlike the used
+ * bits hits set in their words): the hand spares them as it
  * spares hit ones, so a region is never the next to go just because it is
  * new; but when a full turn finds every idle region marked, the oldest
  * region marked only new goes before those hit since the hand last

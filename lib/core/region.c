@@ -170,7 +170,7 @@ void mrmgr__region_stripe_join(struct mrmgr_cache *c, unsigned int s)
 
 void mrmgr__region_stripe_retire(struct mrmgr_cache *c, unsigned int s)
 {
-	const uint64_t marks = MRMGR__REF_USED | MRMGR__REF_NEW;
+	const uint64_t marks = MRMGR__REF_USED;
 
 	/*
 	 * Every region, not only live ones: a count may sit on a stripe of
@@ -278,12 +278,9 @@ void mrmgr__region_go_live(struct mrmgr_region *r)
 
 void mrmgr__region_ref_new(struct mrmgr_region *r, unsigned int slot)
 {
-	uint64_t *w = mrmgr__ref_word(r, slot);
-	uint64_t add = MRMGR__REF_ONE;
-
-	if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & MRMGR__REF_NEW))
-		add += MRMGR__REF_NEW;
-	__atomic_fetch_add(w, add, __ATOMIC_SEQ_CST);
+	r->fresh = 1;
+	__atomic_fetch_add(mrmgr__ref_word(r, slot), MRMGR__REF_ONE,
+			   __ATOMIC_SEQ_CST);
 }
 
 void mrmgr__region_go_live_ref(struct mrmgr_region *r, unsigned int slot)
@@ -295,13 +292,16 @@ void mrmgr__region_go_live_ref(struct mrmgr_region *r, unsigned int slot)
 	uint64_t *w = mrmgr__ref_word(r, slot);
 	uint64_t old = __atomic_load_n(w, __ATOMIC_SEQ_CST);
 
+	/* The "new" mark is the region's (only the lock's holder reads or
+	 * writes it): clearing it was a locked and of a word the hand
+	 * passes, once per miss. */
+	r->fresh = 1;
 	__atomic_store_n(&r->state, MRMGR__REGION_LIVE, __ATOMIC_RELEASE);
-	/* The reference, the mark and the state bits of slot's word in one
-	 * swap (a stale reader's add or drop meanwhile makes it retry),
-	 * then the other stripes as mrmgr__region_go_live() does. */
+	/* The reference and the state bits of slot's word in one swap (a
+	 * stale reader's add or drop meanwhile makes it retry), then the
+	 * other stripes as mrmgr__region_go_live() does. */
 	while (!__atomic_compare_exchange_n(
-		w, &old,
-		((old | set | MRMGR__REF_NEW) & ~clear) + MRMGR__REF_ONE, 0,
+		w, &old, ((old | set) & ~clear) + MRMGR__REF_ONE, 0,
 		__ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 		;
 	(void)flip_words(r, kept & ~one, set, clear, &had);
@@ -310,7 +310,7 @@ void mrmgr__region_go_live_ref(struct mrmgr_region *r, unsigned int slot)
 int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
 		       int *used)
 {
-	const uint64_t bits = MRMGR__REF_USED | MRMGR__REF_NEW;
+	const uint64_t bits = MRMGR__REF_USED;
 	uint64_t sum = 0, had = 0, any = 0;
 	uint64_t seen = mrmgr__stripes_kept(nstripes);
 	uintptr_t step;
@@ -334,9 +334,10 @@ int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
 		had |= (uint64_t)!!(w & bits) << i;
 		any |= w;
 	}
-	*used = any & MRMGR__REF_USED ? 2 : any & MRMGR__REF_NEW ? 1 : 0;
+	*used = any & MRMGR__REF_USED ? 2 : r->fresh ? 1 : 0;
 	if (sum)
 		return 1;
+	r->fresh = 0;
 	while (had) {
 		unsigned int i = (unsigned int)__builtin_ctzll(had);
 
@@ -348,11 +349,13 @@ int mrmgr__region_look(struct mrmgr_region *r, unsigned int nstripes,
 
 int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes)
 {
-	const uint64_t bits = MRMGR__REF_USED | MRMGR__REF_NEW;
+	const uint64_t bits = MRMGR__REF_USED;
 	uint64_t seen = __atomic_load_n(&mrmgr__stripes_seen, __ATOMIC_ACQUIRE);
 	uintptr_t step;
 	uint64_t *w0 = words_of(r, &step);
-	int used = 0;
+	int used = r->fresh ? 1 : 0;
+
+	r->fresh = 0;
 
 	/* Only stripes a thread was ever given can hold a bit: one line per
 	 * thread that ever ran here, not one per stripe (region.h). */
@@ -367,7 +370,7 @@ int mrmgr__region_take_used(struct mrmgr_region *r, unsigned int nstripes)
 		 * hot. */
 		if (v & bits) {
 			__atomic_fetch_and(w, ~bits, __ATOMIC_RELAXED);
-			used |= v & MRMGR__REF_USED ? 2 : 1;
+			used |= 2;
 		}
 	}
 	return used & 2 ? 2 : used;

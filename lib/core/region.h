@@ -47,9 +47,10 @@ struct mrmgr_cache;
 /*
  * A reference word: bit 0 "not live" (the region's state is not
  * MRMGR__REGION_LIVE), bit 1 "keys" (the word after it holds the MR's
- * lkey and rkey, see mrmgr__region_set_keys()), bit 2 "new" (set by the
- * miss that made the region, cleared by the LRU hand), bit 3 "used" (set by
- * hits, cleared by the LRU hand), bits 8-63 the count plus a bias of
+ * lkey and rkey, see mrmgr__region_set_keys()), bit 2 unused (it was
+ * "new", which only the lock's holder sets and clears: a field of the
+ * region now, struct mrmgr_region's fresh), bit 3 "used" (set by hits,
+ * cleared by the LRU hand), bits 8-63 the count plus a bias of
  * 2^63 (the count moves in steps of MRMGR__REF_ONE and never reaches the
  * low byte).
  *
@@ -61,7 +62,6 @@ struct mrmgr_cache;
  */
 #define MRMGR__REF_DEAD UINT64_C(1)
 #define MRMGR__REF_KEYS UINT64_C(2)
-#define MRMGR__REF_NEW UINT64_C(4) /* made since the hand last passed */
 #define MRMGR__REF_USED UINT64_C(8)
 #define MRMGR__REF_ONE UINT64_C(256)
 #define MRMGR__REF_BIAS (UINT64_C(1) << 63)
@@ -176,6 +176,8 @@ struct mrmgr_region {
 	struct mrmgr_region *free_next;
 	uint32_t spared;               /* evict.c: round of its last second
 					* chance */
+	uint32_t fresh;                /* evict.c, cache lock: made since the
+					* hand last passed (the "new" mark) */
 	int release_locked;            /* a feature's state needs the lock
 					* at release (core.h), for good */
 	uint64_t asked_start, asked_last; /* what gets asked of it: its
@@ -375,18 +377,16 @@ int64_t mrmgr__region_leave(struct mrmgr_region *r, int state, uint64_t clear,
 void mrmgr__region_go_live(struct mrmgr_region *r);
 
 /*
- * A new region's first reference on slot's stripe, with the "new" mark
- * (evict.c), as one locked add: only the lock's holder sets or clears
- * NEW, so the load tells whether adding it sets the bit (no carry);
- * stale readers of a recycled region change only the count.
+ * A new region's first reference on slot's stripe, marked new (evict.c;
+ * the mark is the region's fresh field, lock held): one locked add.
  */
 void mrmgr__region_ref_new(struct mrmgr_region *r, unsigned int slot);
 
 /*
  * mrmgr__region_go_live() with mrmgr__region_ref_new() folded into the
- * pass: slot's word goes live, keyed, referenced and marked new in one
+ * pass: slot's word goes live, keyed and referenced in one
  * read-modify-write (a miss's new region: nobody else can reach it
- * before it is published).
+ * before it is published), and the region is marked new.
  */
 void mrmgr__region_go_live_ref(struct mrmgr_region *r, unsigned int slot);
 

@@ -253,8 +253,8 @@ Test(evict_words, ageing_finds_a_used_bit_of_a_thread_gone)
 	cr_assert(mrmgr__stripes_seen & (UINT64_C(1) << s));
 	cr_assert(mrmgr__region_take_used(r, f.cache->nstripes),
 		  "the hit on stripe %u is seen", s);
-	cr_assert_not(*mrmgr__ref_word(r, s) &
-		      (MRMGR__REF_USED | MRMGR__REF_NEW));
+	cr_assert_not(*mrmgr__ref_word(r, s) & MRMGR__REF_USED);
+	cr_assert_not(r->fresh, "the new mark is cleared with it");
 	pthread_mutex_unlock(&f.cache->lock);
 	fx_close(&f);
 	munmap(buf, 2 * 64 * KiB);
@@ -342,11 +342,10 @@ Test(evict_words, ageing_moves_hit_regions_not_new_ones)
 		cr_assert_eq(order[i], r[i]);
 
 	/* Only made: the hand clears the mark and leaves it first. */
-	__atomic_fetch_or(mrmgr__ref_word(r[0], 0), MRMGR__REF_NEW,
-			  __ATOMIC_RELAXED);
+	r[0]->fresh = 1;
 	c->age_hand = &r[0]->lru;
 	mrmgr__evict_age(c);
-	cr_assert_not(*mrmgr__ref_word(r[0], 0) & MRMGR__REF_NEW);
+	cr_assert_not(r[0]->fresh);
 	cr_assert_eq(lru_order(c, order, 8), 3);
 	cr_assert_eq(order[0], r[0], "a region only made keeps its place");
 	cr_assert_eq(order[1], r[1]);
