@@ -284,8 +284,9 @@ static void span_is_request(struct miss_run *x)
  * waited for (the caller then looks again): 1 when it waited. Inlined:
  * a miss that keeps the lock asks three times, and the answer is one
  * load. */
-static inline __attribute__((always_inline)) int wait_for_overlap(struct mrmgr_cache *c, const struct miss_run *x,
-			    uint64_t s, uint64_t l)
+static inline __attribute__((always_inline)) int
+wait_for_overlap(struct mrmgr_cache *c, const struct miss_run *x, uint64_t s,
+		 uint64_t l)
 {
 	if (!x->unlock || !mrmgr__inflight_find(c, s, l))
 		return 0;

@@ -26,6 +26,10 @@
 
 #define P mrmgr__patch_g
 
+/* 16 bytes as one vector (SSE2 on x86-64, NEON on arm64): a block is
+ * compared in three instructions, not seven. */
+typedef uint64_t ck_v2 __attribute__((vector_size(16)));
+
 /*
  * What that check compares, packed where a miss finds it in a few lines
  * of its own (it used to walk P.entry, P.seen and every P.site, a dozen
@@ -39,9 +43,6 @@
  * reads it without the lock, as it read P.seen before: a torn read costs
  * at worst one needless "everything changed".
  */
-/* 16 bytes as one vector (SSE2 on x86-64, NEON on arm64): a block is
- * compared in three instructions, not seven. */
-typedef uint64_t ck_v2 __attribute__((vector_size(16)));
 struct check_entry {
 	ck_v2 want;
 	uintptr_t at;       /* the entry point: 16 bytes from here */

@@ -231,12 +231,11 @@ static int known_holds(const struct mrmgr__mon_known *k, uint64_t s,
 static struct mrmgr__mon_known *known_find(struct mrmgr__mon_cache *m,
 					   uint64_t s, uint64_t l)
 {
-	unsigned int n = MRMGR__ARRAY_SIZE(m->known);
-	struct mrmgr__mon_known *k = &m->known[m->known_last % n];
+	struct mrmgr__mon_known *k = &m->known[m->known_last];
 
 	if (known_holds(k, s, l))
 		return k;
-	for (unsigned int i = 0; i < n; i++)
+	for (unsigned int i = 0; i < MRMGR__ARRAY_SIZE(m->known); i++)
 		if (known_holds(&m->known[i], s, l)) {
 			m->known_last = i;
 			return &m->known[i];
