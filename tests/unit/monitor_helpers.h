@@ -72,29 +72,53 @@ static inline void refuse_userfaultfd(void)
  * the libraries and takes the first gap large enough, so the large free
  * space above is always found before a hole down here. AREA_HINT is
  * above ASan's shadow (which ends at 16 TiB on x86-64) and below the
- * program (PIE at ~85 TiB) and ASan's allocator (96 TiB). Where the
- * kernel refuses the hint (a small address space), the reservation goes
- * where mmap(NULL) puts it, guard pages still around it.
+ * program (PIE at ~85 TiB) and ASan's allocator (96 TiB). Each
+ * reservation takes the next hint up: a second one in the same test at
+ * the first's hint would fail and fall back to where mmap(NULL) puts it,
+ * the race again. Where the kernel refuses the hints (a small address
+ * space), the reservation goes where mmap(NULL) puts it, guard pages
+ * still around it.
  */
 #define AREA_HINT ((uintptr_t)32 << 40)
 #define AREA_PAGE ((size_t)4096)
+#define AREA_STEP ((uintptr_t)1 << 30)
 
-static inline char *area_map(size_t len, int fill)
+/* len bytes of PROT_NONE (and a guard page each side), low: carve it
+ * with MAP_FIXED; area_unmap() takes back what is left. */
+static inline char *area_reserve(size_t len)
 {
+	static uintptr_t next = AREA_HINT;
 	size_t rl = len + 2 * AREA_PAGE;
-	char *res = mmap((void *)AREA_HINT, rl, PROT_NONE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
-				 MAP_FIXED_NOREPLACE, -1, 0);
+	char *res = MAP_FAILED;
 
+	for (int i = 0; i < 64 && res == MAP_FAILED; i++) {
+		uintptr_t at = next;
+
+		next += (rl + AREA_STEP - 1) & ~(AREA_STEP - 1);
+		res = mmap((void *)at, rl, PROT_NONE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+				   MAP_FIXED_NOREPLACE, -1, 0);
+		if (res != MAP_FAILED && res != (char *)at) {
+			munmap(res, rl); /* a kernel without the flag */
+			res = MAP_FAILED;
+		}
+	}
 	if (res == MAP_FAILED)
 		res = mmap(NULL, rl, PROT_NONE,
 			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	cr_assert_neq(res, MAP_FAILED);
-	cr_assert_eq(mmap(res + AREA_PAGE, len, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
-		     (void *)(res + AREA_PAGE));
-	memset(res + AREA_PAGE, fill, len);
 	return res + AREA_PAGE;
+}
+
+static inline char *area_map(size_t len, int fill)
+{
+	char *p = area_reserve(len);
+
+	cr_assert_eq(mmap(p, len, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+		     (void *)p);
+	memset(p, fill, len);
+	return p;
 }
 
 static inline void area_unmap(char *p, size_t len)

@@ -94,6 +94,9 @@ static void follows(struct fixture *f, char *p, size_t n,
 	cr_assert_eq(sstats(f->ctx).stale_accesses, 0);
 }
 
+/* Memory nothing maps again at the same address (a move's target, a
+ * buffer only got); what a change unmaps and maps again is area_map()'s
+ * (monitor_helpers.h): its holes are never another mmap's choice. */
 static char *map_anon(size_t n)
 {
 	char *p = mmap(NULL, n, PROT_READ | PROT_WRITE,
@@ -181,11 +184,11 @@ static void run_change(void (*change)(char *, size_t), const char *what)
 	unsigned long before = foreign_calls_made;
 
 	open_auto(&f);
-	p = map_anon(LEN);
+	p = area_map(LEN, 0);
 	follows(&f, p, LEN, change, what);
 	cr_assert_gt(foreign_calls_made, before,
 		     "%s did not go through the library's own definition", what);
-	munmap(p, LEN);
+	area_unmap(p, LEN);
 	fx_close(&f);
 }
 
@@ -357,7 +360,7 @@ Test(follow, library_loaded_later)
 	cr_assert_not_null(h, "%s", dlerror());
 	late = (int (*)(void *, size_t))dlsym(h, "late_munmap");
 	cr_assert_not_null(late);
-	p = map_anon(LEN);
+	p = area_map(LEN, 0);
 	memset(p, 'a', LEN);
 	/* This miss finds the new library. */
 	cr_assert_eq(mrmgr_get(f.cache, p, LEN, RW, &r), 0);
@@ -376,7 +379,7 @@ Test(follow, library_loaded_later)
 		     "munmap by a library loaded later was not followed");
 	cr_assert_eq(write_page(&f, r, p, 'w'), 0, "stale write");
 	mrmgr_put(r);
-	munmap(p, LEN);
+	area_unmap(p, LEN);
 	fx_close(&f);
 }
 
@@ -434,7 +437,7 @@ Test(follow, not_followed_is_never_cached_blind)
 	cr_assert_neq(minfo(f.cache).foreign_error, 0);
 	cr_assert_eq(minfo(f.cache).sources & MRMGR_MONITOR_SRC_PATCH, 0,
 		     "the patched libc vouches while calls bypass it");
-	p = map_anon(LEN);
+	p = area_map(LEN, 0);
 	if (minfo(f.cache).sources & MRMGR_MONITOR_SRC_UFFD) {
 		follows(&f, p, LEN, ch_munmap, "munmap under userfaultfd");
 	} else {
@@ -444,7 +447,7 @@ Test(follow, not_followed_is_never_cached_blind)
 		mrmgr_put(r);
 		cr_assert_eq(sstats(f.ctx).live_mrs, 0, "cached behind a blind monitor");
 	}
-	munmap(p, LEN);
+	area_unmap(p, LEN);
 	fx_close(&f);
 }
 
@@ -509,9 +512,9 @@ static void tc_change(void (*change)(char *, size_t), const char *what)
 		  mi.foreign_object);
 	cr_assert_eq(mi.foreign_error, 0);
 	cr_assert_eq(mi.foreign_followed, mi.foreign_calls);
-	p = map_anon(LEN);
+	p = area_map(LEN, 0);
 	follows(&f, p, LEN, change, what);
-	munmap(p, LEN);
+	area_unmap(p, LEN);
 	fx_close(&f);
 }
 

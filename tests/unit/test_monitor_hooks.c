@@ -48,7 +48,7 @@ static void check(void (*fn)(char *p), const char *what)
 {
 	struct fixture f;
 	mrmgr_region_t *r1, *r2;
-	char *p = map_rw(LEN, 0);
+	char *p = area_map(LEN, 0);
 
 	open_hooks(&f);
 	r1 = get_write(&f, p, LEN, 0);
@@ -61,7 +61,7 @@ static void check(void (*fn)(char *p), const char *what)
 	mrmgr_put(r2);
 	cr_assert_eq(sstats(f.ctx).stale_accesses, 0);
 	fx_close(&f);
-	munmap(p, LEN);
+	area_unmap(p, LEN);
 }
 
 static void ev_munmap(char *p)
@@ -201,7 +201,7 @@ Test(hooks, raw_syscalls_are_invisible_to_hooks)
 {
 	struct fixture f;
 	mrmgr_region_t *r1, *r2;
-	char *p = map_rw(LEN, 0);
+	char *p = area_map(LEN, 0);
 
 	open_hooks(&f);
 	r1 = get_write(&f, p, LEN, 0);
@@ -217,7 +217,7 @@ Test(hooks, raw_syscalls_are_invisible_to_hooks)
 	mrmgr_put(r2);
 	cr_assert_eq(mrmgr_invalidate(f.cache, p, LEN), 0);
 	fx_close(&f);
-	munmap(p, LEN);
+	area_unmap(p, LEN);
 }
 
 /* Auto mode takes the hooks (two-sided) when they are preloaded: it does

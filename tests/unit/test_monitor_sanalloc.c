@@ -161,7 +161,7 @@ Test(hooks, chunk_nothing_registered_stops_at_the_filter)
 static void raw_unmap_then_map(int sanitized)
 {
 	struct fixture f;
-	char *p = map_rw(LEN, 1);
+	char *p = area_map(LEN, 1);
 	uint64_t hits;
 	mrmgr_region_t *r;
 
@@ -191,7 +191,7 @@ static void raw_unmap_then_map(int sanitized)
 		mrmgr_put(r);
 	}
 	fx_close(&f);
-	munmap(p, LEN);
+	area_unmap(p, LEN);
 }
 
 Test(fresh, mmap_after_a_raw_munmap_is_reported_under_a_sanitizer)
