@@ -96,14 +96,10 @@ static struct mrmgr_cache_attr uffd_attr(void)
  * guards, so the extent the watch sees is exactly these pages. */
 static char *one_vma(void)
 {
-	char *g = mmap(NULL, (PAGES + 2) * PAGE, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	cr_assert_neq(g, MAP_FAILED);
-	cr_assert_eq(mprotect(g, PAGE, PROT_NONE), 0);
-	cr_assert_eq(mprotect(g + (PAGES + 1) * PAGE, PAGE, PROT_NONE), 0);
-	memset(g + PAGE, 's', PAGES * PAGE);
-	return g + PAGE;
+	/* Low, from a reservation of its own: the page a case punches is
+	 * never the hole another thread's mmap(NULL) takes first
+	 * (doc/design/testing.md, "No hole another thread can take"). */
+	return area_map(PAGES * PAGE, 's');
 }
 
 static void setup(struct fixture *f, enum act before, enum act after,
