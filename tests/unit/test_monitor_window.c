@@ -147,7 +147,7 @@ static void change_and_check(struct fixture *f, char *a, size_t len)
 	cr_assert_eq(sstats(f->ctx).stale_accesses, 0);
 	mrmgr__watch_test_between = NULL;
 	fx_close(f);
-	munmap(W.p - PAGE, (PAGES + 2) * PAGE);
+	area_unmap(W.p, PAGES * PAGE);
 }
 
 /*
@@ -308,8 +308,8 @@ Test(registry, the_budget_refuses_before_the_kernel_is_asked)
 	cr_assert(!uffd_registered(q), "a refused range was left registered");
 	mrmgr__watch_test_between = NULL;
 	fx_close(&f);
-	munmap(q - PAGE, (PAGES + 2) * PAGE);
-	munmap(W.p - PAGE, (PAGES + 2) * PAGE);
+	area_unmap(q, PAGES * PAGE);
+	area_unmap(W.p, PAGES * PAGE);
 }
 
 /* ------------------------------------------------------------ filter */
